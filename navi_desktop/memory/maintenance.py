@@ -1,0 +1,241 @@
+"""Background jobs: listing and stats, decay and prune, embedding backfill and re-embedding."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.clock import now_iso, parse_iso
+from navi_desktop.memory.documents import memory_text, message_text
+from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, Memory
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+SORTS = {
+    "updated": "updated_at",
+    "created": "created_at",
+    "strength": "strength",
+    "confidence": "confidence",
+    "id": "id",
+}
+
+
+@dataclass(frozen=True)
+class DecayPolicy:
+    """Ebbinghaus forgetting curve: retention = exp(-days / stability), where stability grows
+    with each repetition. Below ``archive_below`` an unpinned fact is archived (never deleted)."""
+
+    stability_days: float = 45.0
+    archive_below: float = 0.05
+
+
+@dataclass
+class DecayReport:
+    updated: int = 0
+    archived: list[int] | None = None
+
+
+class MaintenanceOps:
+    async def list_memories(
+        self: MemoryStore,
+        *,
+        kind: str | None = None,
+        category: str | None = None,
+        status: str | None = "active",
+        pinned: bool | None = None,
+        sort: str = "updated",
+        descending: bool = True,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> tuple[list[Memory], int]:
+        """A page of memories and the total that match. ``status=None`` means every status."""
+        where, params = ["1"], []
+        for name, value, allowed in (
+            ("kind", kind, KINDS),
+            ("category", category, CATEGORIES),
+            ("status", status, STATUSES),
+        ):
+            if value is not None:
+                if value not in allowed:
+                    raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+                where.append(f"{name} = ?")
+                params.append(value)
+        if pinned is not None:
+            where.append("pinned = ?")
+            params.append(int(pinned))
+        if sort not in SORTS:
+            raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
+        if limit < 1 or offset < 0:
+            raise InvalidInput("limit must be at least 1 and offset not negative")
+        clause = " AND ".join(where)
+        order = f"{SORTS[sort]} {'DESC' if descending else 'ASC'}, id DESC"
+        async with self.db.reading():
+            total = await self.db.scalar(f"SELECT count(*) FROM memories WHERE {clause}", params)
+            rows = await self.db.fetchall(
+                f"SELECT * FROM memories WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            )
+        return [Memory.from_row(r) for r in rows], int(total)
+
+    async def stats(self: MemoryStore) -> dict[str, Any]:
+        async with self.db.reading():
+            by_status = await self.db.fetchall(
+                "SELECT kind, status, count(*) FROM memories GROUP BY kind, status"
+            )
+            by_category = await self.db.fetchall(
+                "SELECT coalesce(category, 'none'), count(*) FROM memories"
+                " WHERE kind = 'fact' AND status = 'active' GROUP BY 1"
+            )
+            models = await self.db.fetchall(
+                "SELECT model, dim, count(*) FROM embeddings GROUP BY model, dim"
+            )
+            counts = await self.db.fetchone(
+                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages),"
+                " (SELECT count(*) FROM tombstones), (SELECT count(*) FROM entities),"
+                " (SELECT count(*) FROM memories WHERE pinned = 1)"
+            )
+            stale = await self.db.scalar(
+                "SELECT value FROM meta WHERE key = 'profile_summary_stale'"
+            )
+        memories: dict[str, dict[str, int]] = {}
+        for kind, status, n in by_status:
+            memories.setdefault(kind, {})[status] = n
+        size = sum(
+            p.stat().st_size
+            for p in (self.path, self.path.with_name("memory.db-wal"))
+            if p.exists()
+        )
+        return {
+            "path": str(self.path),
+            "memories": memories,
+            "facts_by_category": {c: n for c, n in by_category},
+            "pinned": counts[4],
+            "sessions": counts[0],
+            "messages": counts[1],
+            "tombstones": counts[2],
+            "entities": counts[3],
+            "embeddings": [{"model": m, "dim": d, "count": n} for m, d, n in models],
+            "embedding_model": self.embedder.model if self.embedder else None,
+            "missing_embeddings": await self.missing_embeddings() if self.embedder else None,
+            "profile_summary_stale": stale == "1",
+            "file_bytes": size,
+        }
+
+    # -- decay ---------------------------------------------------------------------------------
+
+    async def touch(self: MemoryStore, memory_ids: list[int]) -> None:
+        """Memories were used (put into a prompt): recall strengthens them."""
+        if not memory_ids:
+            return
+        async with self.db.transaction():
+            await self.db.executemany(
+                "UPDATE memories SET last_used_at = ?, strength = 1.0 WHERE id = ?",
+                [(now_iso(), i) for i in memory_ids],
+            )
+
+    async def decay(
+        self: MemoryStore, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()
+    ) -> DecayReport:
+        when = parse_iso(now) if now else datetime.now(parse_iso(now_iso()).tzinfo)
+        report = DecayReport(archived=[])
+        async with self.db.transaction():
+            rows = await self.db.fetchall(
+                "SELECT id, mentions, strength, coalesce(last_used_at, updated_at) AS seen"
+                " FROM memories WHERE kind = 'fact' AND status = 'active' AND pinned = 0"
+            )
+            for row in rows:
+                days = max(0.0, (when - parse_iso(row["seen"])).total_seconds() / 86400)
+                retention = math.exp(-days / (policy.stability_days * max(1, row["mentions"])))
+                if retention < policy.archive_below:
+                    await self.db.execute(
+                        "UPDATE memories SET strength = ?, status = 'archived', updated_at = ?"
+                        " WHERE id = ?",
+                        (retention, now_iso(), row["id"]),
+                    )
+                    await self._history(
+                        row["id"],
+                        "archive",
+                        "decay",
+                        old={"status": "active"},
+                        new={"status": "archived", "strength": retention},
+                    )
+                    report.archived.append(row["id"])
+                elif abs(retention - row["strength"]) > 1e-6:
+                    await self.db.execute(
+                        "UPDATE memories SET strength = ? WHERE id = ?", (retention, row["id"])
+                    )
+                    report.updated += 1
+            if report.archived:
+                await self._mark_profile_stale()
+        return report
+
+    # -- embeddings ----------------------------------------------------------------------------
+
+    async def missing_embeddings(self: MemoryStore) -> int:
+        if self.embedder is None:
+            return 0
+        model = self.embedder.model
+        async with self.db.reading():
+            return int(
+                await self.db.scalar(
+                    "SELECT (SELECT count(*) FROM memories m WHERE status IN ('active', 'held')"
+                    "  AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.memory_id = m.id"
+                    "  AND e.model = ?))"
+                    " + (SELECT count(*) FROM messages g WHERE NOT EXISTS (SELECT 1 FROM embeddings"
+                    "  e WHERE e.message_id = g.id AND e.model = ?))",
+                    (model, model),
+                )
+            )
+
+    async def backfill_embeddings(
+        self: MemoryStore, *, batch: int = 32, limit: int | None = None
+    ) -> int:
+        """Embed what has no vector for the current model; when nothing is left, drop vectors of
+        earlier models. Text search works throughout. Returns how many texts were embedded."""
+        if self.embedder is None:
+            return 0
+        model, done = self.embedder.model, 0
+        for column, table, render, where in (
+            ("memory_id", "memories", memory_text, "status IN ('active', 'held') AND "),
+            ("message_id", "messages", message_text, ""),
+        ):
+            while limit is None or done < limit:
+                size = batch if limit is None else min(batch, limit - done)
+                async with self.db.reading():
+                    rows = await self.db.fetchall(
+                        f"SELECT * FROM {table} t WHERE {where} NOT EXISTS (SELECT 1 FROM"
+                        f" embeddings e WHERE e.{column} = t.id AND e.model = ?) ORDER BY id"
+                        " LIMIT ?",
+                        (model, size),
+                    )
+                if not rows:
+                    break
+                texts = [render(r) for r in rows]
+                vectors = await self.embedder.embed(texts, query=False)  # outside the lock
+                hashes = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]
+                async with self.db.transaction():
+                    # rows edited or deleted meanwhile lost their vectors; skip those
+                    alive = {
+                        r[0]
+                        for r in await self.db.fetchall(
+                            f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
+                            [r["id"] for r in rows],
+                        )
+                    }
+                    keep = [i for i, r in enumerate(rows) if r["id"] in alive]
+                    await self._store_vectors(
+                        column,
+                        [rows[i]["id"] for i in keep],
+                        [hashes[i] for i in keep],
+                        vectors[keep],
+                    )
+                done += len(rows)
+        if await self.missing_embeddings() == 0:
+            async with self.db.transaction():
+                await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))
+        return done

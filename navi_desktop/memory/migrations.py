@@ -1,0 +1,243 @@
+"""Schema changes as small named steps, each applied once and recorded in ``schema_migrations``.
+
+A file made by any earlier version upgrades in place: steps already recorded are skipped,
+the rest run in order, each in its own transaction together with its record.
+Never edit a released step; add a new one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+from navi_desktop.memory.db import APPLICATION_ID, Database
+from navi_desktop.memory.documents import memory_document, message_documents
+
+Step = Callable[[Database], Awaitable[None]]
+
+
+async def _script(db: Database, sql: str) -> None:
+    for statement in filter(str.strip, sql.split(";\n")):
+        await db.execute(statement)
+
+
+async def m0001_core(db: Database) -> None:
+    await _script(
+        db,
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        CREATE TABLE sessions (
+            id             TEXT PRIMARY KEY,
+            title          TEXT,
+            created_at     TEXT NOT NULL,
+            last_active_at TEXT NOT NULL,
+            state          TEXT NOT NULL DEFAULT 'open'
+                           CHECK (state IN ('open', 'pending', 'ended')),
+            processed_upto INTEGER NOT NULL DEFAULT 0,
+            pending_reason TEXT,
+            attempts       INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TEXT,
+            ended_at       TEXT
+        );
+        CREATE TABLE messages (
+            id         INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            role       TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'tool', 'system')),
+            name       TEXT,
+            content    TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            meta       TEXT
+        );
+        CREATE INDEX messages_by_session ON messages (session_id, id);
+        CREATE TABLE memories (
+            id            INTEGER PRIMARY KEY,
+            kind          TEXT NOT NULL CHECK (kind IN ('fact', 'episode', 'rule', 'reflection')),
+            category      TEXT,
+            subject       TEXT,
+            key           TEXT,
+            norm_key      TEXT,
+            value         TEXT NOT NULL,
+            evidence      TEXT,
+            source        TEXT NOT NULL CHECK (source IN
+                          ('conversation', 'tool_call', 'user_explicit', 'auto_discovery', 'import')),
+            confidence    REAL NOT NULL DEFAULT 1.0 CHECK (confidence BETWEEN 0 AND 1),
+            session_id    TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+            message_from  INTEGER,
+            message_to    INTEGER,
+            status        TEXT NOT NULL DEFAULT 'active'
+                          CHECK (status IN ('active', 'held', 'archived', 'superseded')),
+            pinned        INTEGER NOT NULL DEFAULT 0 CHECK (pinned IN (0, 1)),
+            strength      REAL NOT NULL DEFAULT 1.0,
+            mentions      INTEGER NOT NULL DEFAULT 1,
+            created_at    TEXT NOT NULL,
+            updated_at    TEXT NOT NULL,
+            last_used_at  TEXT,
+            valid_from    TEXT NOT NULL,
+            valid_to      TEXT,
+            superseded_by INTEGER REFERENCES memories(id) ON DELETE SET NULL
+        );
+        CREATE INDEX memories_by_kind ON memories (kind, status, category);
+        CREATE INDEX memories_by_key ON memories (norm_key) WHERE norm_key IS NOT NULL;
+        CREATE INDEX memories_by_session ON memories (session_id);
+        CREATE TABLE memory_history (
+            id        INTEGER PRIMARY KEY,
+            memory_id INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            action    TEXT NOT NULL,
+            actor     TEXT NOT NULL,
+            at        TEXT NOT NULL,
+            old       TEXT,
+            new       TEXT
+        );
+        CREATE INDEX memory_history_by_memory ON memory_history (memory_id, id);
+        CREATE TABLE tombstones (
+            fact_hash  TEXT PRIMARY KEY,
+            value_hash TEXT NOT NULL,
+            kind       TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX tombstones_by_value ON tombstones (value_hash)
+        """,
+    )
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    await db.execute("INSERT INTO meta (key, value) VALUES ('created_at', ?)", (now,))
+    # Secret for tombstone hashes, so a hash cannot be checked against guessed text elsewhere.
+    await db.execute(
+        "INSERT INTO meta (key, value) VALUES ('tombstone_key', ?)", (secrets.token_hex(32),)
+    )
+
+
+async def m0002_full_text(db: Database) -> None:
+    # Contentless tables: the text lives once, in memories/messages; the index holds only terms.
+    # Rows are kept in sync by the engine, which segments CJK text before indexing it.
+    tokenizer = "porter unicode61 remove_diacritics 2"
+    await db.execute(
+        "CREATE VIRTUAL TABLE memories_fts USING fts5("
+        f"text, evidence, content='', contentless_delete=1, tokenize='{tokenizer}')"
+    )
+    await db.execute(
+        "CREATE VIRTUAL TABLE messages_fts USING fts5("
+        f"body, context, content='', contentless_delete=1, tokenize='{tokenizer}')"
+    )
+    for row in await db.fetchall("SELECT * FROM memories"):
+        await db.execute(
+            "INSERT INTO memories_fts (rowid, text, evidence) VALUES (?, ?, ?)",
+            (row["id"], *memory_document(row)),
+        )
+    for session in await db.fetchall("SELECT id FROM sessions"):
+        rows = await db.fetchall(
+            "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session["id"],)
+        )
+        prev = None
+        for row in rows:
+            await db.execute(
+                "INSERT INTO messages_fts (rowid, body, context) VALUES (?, ?, ?)",
+                (row["id"], *message_documents(row, prev)),
+            )
+            prev = row
+
+
+async def m0003_embeddings(db: Database) -> None:
+    await _script(
+        db,
+        """
+        CREATE TABLE embeddings (
+            id           INTEGER PRIMARY KEY,
+            memory_id    INTEGER REFERENCES memories(id) ON DELETE CASCADE,
+            message_id   INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+            model        TEXT NOT NULL,
+            dim          INTEGER NOT NULL,
+            content_hash TEXT NOT NULL,
+            vector       BLOB NOT NULL,
+            bits         BLOB NOT NULL,
+            created_at   TEXT NOT NULL,
+            CHECK ((memory_id IS NULL) != (message_id IS NULL))
+        );
+        CREATE UNIQUE INDEX embeddings_by_memory ON embeddings (memory_id, model)
+            WHERE memory_id IS NOT NULL;
+        CREATE UNIQUE INDEX embeddings_by_message ON embeddings (message_id, model)
+            WHERE message_id IS NOT NULL;
+        CREATE INDEX embeddings_by_model ON embeddings (model)
+        """,
+    )
+
+
+async def m0004_entities(db: Database) -> None:
+    await _script(
+        db,
+        """
+        CREATE TABLE entities (
+            id   INTEGER PRIMARY KEY,
+            name TEXT NOT NULL,
+            norm TEXT NOT NULL UNIQUE
+        );
+        CREATE TABLE entity_links (
+            entity_id  INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            memory_id  INTEGER REFERENCES memories(id) ON DELETE CASCADE,
+            message_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+            CHECK ((memory_id IS NULL) != (message_id IS NULL))
+        );
+        CREATE UNIQUE INDEX entity_links_memory ON entity_links (entity_id, memory_id)
+            WHERE memory_id IS NOT NULL;
+        CREATE UNIQUE INDEX entity_links_message ON entity_links (entity_id, message_id)
+            WHERE message_id IS NOT NULL;
+        CREATE INDEX entity_links_by_memory ON entity_links (memory_id);
+        CREATE INDEX entity_links_by_message ON entity_links (message_id)
+        """,
+    )
+
+
+async def m0005_injection_ledger(db: Database) -> None:
+    await _script(
+        db,
+        """
+        CREATE TABLE injections (
+            id         INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            message_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+            memory_id  INTEGER NOT NULL REFERENCES memories(id) ON DELETE CASCADE,
+            rank       INTEGER NOT NULL,
+            score      REAL NOT NULL,
+            signals    TEXT NOT NULL,
+            at         TEXT NOT NULL
+        );
+        CREATE INDEX injections_by_message ON injections (message_id);
+        CREATE INDEX injections_by_memory ON injections (memory_id)
+        """,
+    )
+
+
+MIGRATIONS: list[tuple[str, Step]] = [
+    ("0001_core", m0001_core),
+    ("0002_full_text", m0002_full_text),
+    ("0003_embeddings", m0003_embeddings),
+    ("0004_entities", m0004_entities),
+    ("0005_injection_ledger", m0005_injection_ledger),
+]
+
+
+async def migrate(db: Database, steps: list[tuple[str, Step]] | None = None) -> list[str]:
+    """Apply every step not yet recorded; return the names applied now."""
+    steps = MIGRATIONS if steps is None else steps
+    async with db.transaction():
+        await db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            "name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)"
+        )
+        done = {r[0] for r in await db.fetchall("SELECT name FROM schema_migrations")}
+    applied = []
+    for name, step in steps:
+        if name in done:
+            continue
+        async with db.transaction():
+            await step(db)
+            await db.execute(
+                "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
+                (name, datetime.now(UTC).isoformat(timespec="seconds")),
+            )
+        applied.append(name)
+    return applied

@@ -1,0 +1,288 @@
+"""The memory store: one profile's SQLite file and every operation on it (async).
+
+The operations live in small mixins, one idea each (facts, search, exchange, maintenance);
+this module holds opening, sessions, messages and the index bookkeeping they share.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.memory.clock import check_iso, now_iso
+from navi_desktop.memory.db import Database
+from navi_desktop.memory.documents import memory_document, message_documents
+from navi_desktop.memory.embedders import Embedder
+from navi_desktop.memory.exchange import ExchangeOps
+from navi_desktop.memory.facts import FactOps
+from navi_desktop.memory.maintenance import MaintenanceOps
+from navi_desktop.memory.migrations import migrate
+from navi_desktop.memory.models import Message, Session
+from navi_desktop.memory.search import SearchOps
+from navi_desktop.memory.textproc import entity_names, normalize
+from navi_desktop.memory.vectors import MEMORY, MESSAGE, BitIndex, sign_bits
+from navi_desktop.paths import Paths
+
+ROLES = ("user", "assistant", "tool", "system")
+
+
+class MemoryStore(FactOps, SearchOps, ExchangeOps, MaintenanceOps):
+    """Everything the daemon (or the CLI) does with one profile's memory."""
+
+    def __init__(self, db: Database, embedder: Embedder | None = None) -> None:
+        self.db = db
+        self.embedder = embedder
+        self._bits: BitIndex | None = None
+        self._bits_version: int | None = None
+
+    @classmethod
+    async def open(cls, path: Path, *, embedder: Embedder | None = None) -> MemoryStore:
+        db = await Database.open(path)
+        try:
+            await migrate(db)
+        except BaseException:
+            await db.conn.close()
+            raise
+        return cls(db, embedder)
+
+    @classmethod
+    async def open_profile(
+        cls, profile: str, *, paths: Paths | None = None, embedder: Embedder | None = None
+    ) -> MemoryStore:
+        return await cls.open((paths or Paths.from_env()).profile_db(profile), embedder=embedder)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def __aenter__(self) -> MemoryStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def path(self) -> Path:
+        return self.db.path
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    async def get_meta(self, key: str) -> str | None:
+        async with self.db.reading():
+            return await self.db.scalar("SELECT value FROM meta WHERE key = ?", (key,))
+
+    async def _set_meta(self, key: str, value: str | None) -> None:
+        if value is None:
+            await self.db.execute("DELETE FROM meta WHERE key = ?", (key,))
+        else:
+            await self.db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    async def set_meta(self, key: str, value: str | None) -> None:
+        async with self.db.transaction():
+            await self._set_meta(key, value)
+
+    # -- sessions and messages ----------------------------------------------------------------
+
+    async def create_session(
+        self, title: str | None = None, *, session_id: str | None = None, at: str | None = None
+    ) -> Session:
+        sid = session_id or uuid.uuid4().hex[:12]
+        when = check_iso(at, "at") if at else now_iso()
+        async with self.db.transaction():
+            if await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)):
+                raise InvalidInput(f"session {sid!r} already exists")
+            await self.db.execute(
+                "INSERT INTO sessions (id, title, created_at, last_active_at) VALUES (?, ?, ?, ?)",
+                (sid, title, when, when),
+            )
+        return await self.get_session(sid)
+
+    async def get_session(self, session_id: str) -> Session:
+        async with self.db.reading():
+            row = await self.db.fetchone("SELECT * FROM sessions WHERE id = ?", (session_id,))
+        if row is None:
+            raise NotFound(f"no session with id {session_id!r}")
+        return Session.from_row(row)
+
+    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[Session]:
+        async with self.db.reading():
+            rows = await self.db.fetchall(
+                "SELECT * FROM sessions ORDER BY last_active_at DESC LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+        return [Session.from_row(r) for r in rows]
+
+    async def save_message(
+        self,
+        session_id: str,
+        role: str,
+        content: str,
+        *,
+        name: str | None = None,
+        at: str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Message:
+        """The hot path: one transaction, no network, no model. Embedding happens later."""
+        if role not in ROLES:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        when = check_iso(at, "at") if at else now_iso()
+        async with self.db.transaction():
+            updated = await self.db.execute(
+                "UPDATE sessions SET last_active_at = ?,"
+                " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = ?",
+                (when, session_id),
+            )
+            if not updated:
+                raise NotFound(f"no session with id {session_id!r}")
+            previous = await self.db.fetchone(
+                "SELECT * FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                (session_id,),
+            )
+            mid = await self.db.execute(
+                "INSERT INTO messages (session_id, role, name, content, created_at, meta)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, role, name, content, when, json.dumps(meta) if meta else None),
+            )
+            row = await self.db.fetchone("SELECT * FROM messages WHERE id = ?", (mid,))
+            await self._index_message(row, previous)
+        return Message.from_row(row)
+
+    async def messages(self, session_id: str, *, after_id: int = 0) -> list[Message]:
+        async with self.db.reading():
+            rows = await self.db.fetchall(
+                "SELECT * FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
+                (session_id, after_id),
+            )
+        return [Message.from_row(r) for r in rows]
+
+    # -- index bookkeeping (call inside a transaction) -----------------------------------------
+
+    async def _index_message(self, row: Any, previous: Any | None) -> None:
+        await self.db.execute(
+            "INSERT INTO messages_fts (rowid, body, context) VALUES (?, ?, ?)",
+            (row["id"], *message_documents(row, previous)),
+        )
+        await self._link_entities("message_id", row["id"], entity_names(row["content"]))
+
+    async def _reindex_message(self, message_id: int) -> None:
+        row = await self.db.fetchone("SELECT * FROM messages WHERE id = ?", (message_id,))
+        previous = await self.db.fetchone(
+            "SELECT * FROM messages WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT 1",
+            (row["session_id"], message_id),
+        )
+        await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (message_id,))
+        await self.db.execute("DELETE FROM entity_links WHERE message_id = ?", (message_id,))
+        await self._drop_embeddings("message_id", [message_id])
+        await self._index_message(row, previous)
+
+    async def _index_memory(self, row: Any) -> None:
+        await self.db.execute(
+            "INSERT INTO memories_fts (rowid, text, evidence) VALUES (?, ?, ?)",
+            (row["id"], *memory_document(row)),
+        )
+        names = entity_names(row["value"])
+        subject = normalize(row["subject"] or "")
+        if subject and subject not in {"user", "i", "me", "the user"}:
+            names.insert(0, subject)
+        await self._link_entities("memory_id", row["id"], names)
+
+    async def _unindex_memory(self, memory_id: int) -> None:
+        await self.db.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
+        await self.db.execute("DELETE FROM entity_links WHERE memory_id = ?", (memory_id,))
+        await self._drop_embeddings("memory_id", [memory_id])
+
+    async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
+        for name in names:
+            norm = normalize(name)
+            if not norm:
+                continue
+            await self.db.execute(
+                "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING",
+                (name, norm),
+            )
+            await self.db.execute(
+                f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
+                " SELECT id, ? FROM entities WHERE norm = ?",
+                (owner_id, norm),
+            )
+
+    async def _drop_embeddings(self, column: str, owner_ids: list[int]) -> None:
+        if not owner_ids:
+            return
+        marks = ",".join("?" * len(owner_ids))
+        rows = await self.db.fetchall(
+            f"SELECT id FROM embeddings WHERE {column} IN ({marks})", owner_ids
+        )
+        if rows:
+            await self.db.execute(f"DELETE FROM embeddings WHERE {column} IN ({marks})", owner_ids)
+            if self._bits is not None:
+                self._bits.remove({r[0] for r in rows})
+
+    async def _drop_orphan_entities(self) -> None:
+        await self.db.execute(
+            "DELETE FROM entities WHERE NOT EXISTS"
+            " (SELECT 1 FROM entity_links WHERE entity_id = entities.id)"
+        )
+
+    # -- embeddings --------------------------------------------------------------------------
+
+    async def _store_vectors(
+        self, column: str, owner_ids: list[int], hashes: list[str], vectors: np.ndarray
+    ) -> None:
+        assert self.embedder is not None
+        model, dim = self.embedder.model, int(vectors.shape[1])
+        bits = sign_bits(vectors)
+        index = await self._bit_index()
+        owner = MEMORY if column == "memory_id" else MESSAGE
+        when = now_iso()
+        for owner_id, digest, vec, code in zip(owner_ids, hashes, vectors, bits, strict=True):
+            await self.db.execute(
+                f"DELETE FROM embeddings WHERE {column} = ? AND model = ?", (owner_id, model)
+            )
+            eid = await self.db.execute(
+                f"INSERT INTO embeddings ({column}, model, dim, content_hash, vector, bits,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    owner_id,
+                    model,
+                    dim,
+                    digest,
+                    vec.astype(np.float32).tobytes(),
+                    code.tobytes(),
+                    when,
+                ),
+            )
+            if index is not None:
+                index.dim = index.dim or dim
+                if index.dim == dim:
+                    index.add(eid, owner, code.tobytes())
+
+    async def _bit_index(self) -> BitIndex | None:
+        """The in-memory coarse index for the current embedder's vectors, loaded on first use."""
+        if self.embedder is None:
+            return None
+        # data_version moves only when another connection commits: then our copy may be stale.
+        version = await self.db.scalar("PRAGMA data_version")
+        if (
+            self._bits is None
+            or self._bits.model != self.embedder.model
+            or version != self._bits_version
+        ):
+            self._bits_version = version
+            rows = await self.db.fetchall(
+                "SELECT id, memory_id IS NULL AS is_msg, bits, dim FROM embeddings WHERE model = ?",
+                (self.embedder.model,),
+            )
+            index = BitIndex(self.embedder.model, rows[0]["dim"] if rows else 0)
+            for r in rows:
+                index.add(r["id"], MESSAGE if r["is_msg"] else MEMORY, r["bits"])
+            self._bits = index
+        return self._bits
