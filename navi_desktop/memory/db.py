@@ -78,7 +78,7 @@ def _connector(path: Path) -> sqlean.Connection:
 
 
 class Database:
-    """One aiosqlite connection plus a lock, so a batch of writes is one uninterrupted transaction."""
+    """One aiosqlite connection and a lock: a batch of writes is one uninterrupted transaction."""
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self.conn = conn

@@ -1,4 +1,4 @@
-"""Plain records returned by the engine. ``to_dict()`` gives JSON-ready data for the CLI and daemon."""
+"""Plain records returned by the engine; ``to_dict()`` gives JSON-ready data."""
 
 from __future__ import annotations
 
