@@ -95,6 +95,9 @@ class Database:
             os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
         if path.stat().st_mode & 0o777 != 0o600:
             path.chmod(0o600)
+        # Check in a plain thread first: a connector failing inside aiosqlite's worker thread
+        # leaves that thread reporting to a loop that may be gone.
+        await asyncio.to_thread(lambda: _connector(path).close())
         conn = aiosqlite.Connection(lambda: _connector(path), iter_chunk_size=64)
         await conn
         return cls(conn, path)

@@ -48,6 +48,7 @@ class ImportReport:
     skipped: int = 0  # already present
     blocked: int = 0  # forgotten before (tombstoned)
     ids: dict[int, int] = field(default_factory=dict)  # file id -> id in this profile
+    new_ids: list[int] = field(default_factory=list)  # rows this import created
 
 
 def parse_export(text: str, source: str = "input") -> dict[str, Any]:
@@ -180,11 +181,31 @@ class ExchangeOps:
             for item in items:  # links between versions, once every id is known
                 new_id = report.ids.get(item["id"])
                 target = report.ids.get(item.get("superseded_by"))
-                if new_id and target:
+                if new_id in report.new_ids and target:
                     await self.db.execute(
                         "UPDATE memories SET superseded_by = ? WHERE id = ?", (target, new_id)
                     )
+            await self._remap_history_ids(report)
         return report
+
+    async def _remap_history_ids(self: MemoryStore, report: ImportReport) -> None:
+        """History rows name other versions by id: translate the file's ids to this profile's."""
+        added = report.new_ids
+        if not added:
+            return
+        rows = await self.db.fetchall(
+            "SELECT id, new FROM memory_history WHERE action IN ('superseded', 'supersedes')"
+            f" AND memory_id IN ({','.join('?' * len(added))})",
+            added,
+        )
+        for row in rows:
+            new = json.loads(row["new"] or "{}")
+            for name in ("supersedes", "superseded_by"):
+                if new.get(name) in report.ids:
+                    new[name] = report.ids[new[name]]
+            await self.db.execute(
+                "UPDATE memory_history SET new = ? WHERE id = ?", (json.dumps(new), row["id"])
+            )
 
     async def _import_one(self: MemoryStore, item: dict[str, Any], report: ImportReport) -> None:
         value = item["value"].strip()
@@ -251,3 +272,4 @@ class ExchangeOps:
         await self._mark_profile_stale()
         report.added += 1
         report.ids[item["id"]] = new_id
+        report.new_ids.append(new_id)

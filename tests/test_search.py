@@ -1,0 +1,188 @@
+"""Hybrid search: any text is a valid query, filters, signals, vectors and their absence."""
+
+from __future__ import annotations
+
+import pytest
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory import MemoryStore
+from tests.fakes import BagOfWordsEmbedder
+
+ODD_QUERIES = [
+    '"',
+    '""',
+    "'",
+    "-",
+    "--x",
+    "*",
+    "a*",
+    "AND",
+    "OR NOT",
+    "NEAR(",
+    "NEAR(a b",
+    "(((",
+    ")",
+    "x:y",
+    "col:value",
+    "^start",
+    "+1",
+    "{a b}",
+    "a AND (b OR",
+    "🙂🙃",
+    "",
+    "   ",
+    "\x00",
+    "\\",
+    "%_",
+    "東京",
+    "Привет",
+    "日本語のテキスト",
+    "NOT",
+    "a" * 5000,
+    "'; DROP TABLE memories; --",
+]
+
+
+@pytest.fixture
+async def store(tmp_path):
+    async with await MemoryStore.open(tmp_path / "memory.db") as s:
+        await s.add_memory(
+            "My sister Ana lives in Porto", category="relationships", key="sister city"
+        )
+        await s.add_memory("prefers tea over coffee", category="preferences", key="drink")
+        await s.add_memory("Меня зовут Дмитрий", category="profile", key="name ru")
+        await s.add_memory("東京タワーの近くに住んでいる", category="profile", key="home jp")
+        await s.add_memory("loves crème brûlée", category="preferences", key="dessert")
+        await s.add_memory("Never use emojis in replies", kind="rule")
+        yield s
+
+
+@pytest.mark.parametrize("query", ODD_QUERIES)
+async def test_any_text_is_a_valid_query(store, query):
+    hits = await store.search(query)
+    assert isinstance(hits, list)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("Дмитрий", "Меня зовут Дмитрий"),
+        ("東京", "東京タワーの近くに住んでいる"),
+        ("タワー", "東京タワーの近くに住んでいる"),
+        ("creme brulee", "loves crème brûlée"),
+        ("Crème", "loves crème brûlée"),
+        ('"tea" AND -coffee*', "prefers tea over coffee"),
+    ],
+)
+async def test_non_english_and_operator_text_is_found(store, query, expected):
+    hits = await store.search(query)
+    assert hits and hits[0].memory.value == expected
+
+
+async def test_hits_explain_themselves(store):
+    hits = await store.search("Where does Ana live?")
+    top = hits[0]
+    assert top.memory.value == "My sister Ana lives in Porto"
+    assert top.signals["bm25"].rank == 1
+    assert top.signals["entity"].rank == 1  # "Ana" is a linked entity
+    assert "vector" not in top.signals  # no embedder configured
+    assert top.to_dict()["signals"]["bm25"]["rank"] == 1
+
+
+async def test_filters(store):
+    assert {h.kind for h in await store.search("emojis replies", kinds=["rule"])} == {"rule"}
+    assert not await store.search("emojis", kinds=["fact"])
+    hits = await store.search("tea coffee Porto", categories=["preferences"])
+    assert [h.memory.category for h in hits] == ["preferences"]
+    with pytest.raises(InvalidInput, match="category"):
+        await store.search("x", categories=["bogus"])
+    with pytest.raises(InvalidInput, match="kind"):
+        await store.search("x", kinds=["bogus"])
+    with pytest.raises(InvalidInput, match="since"):
+        await store.search("x", since="last tuesday")
+
+
+async def test_session_and_date_filters(tmp_path):
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        old = await store.create_session(at="2023-05-01T10:00:00Z")
+        new = await store.create_session(at="2024-06-01T10:00:00Z")
+        await store.save_message(
+            old.id, "user", "planning a trip to Kyoto", at="2023-05-01T10:00:00Z"
+        )
+        await store.save_message(
+            new.id, "user", "booked the Kyoto hotel", at="2024-06-01T10:00:00Z"
+        )
+        await store.add_memory("trip to Kyoto", key="trip", session_id=new.id)
+        texts = lambda hits: [h.text for h in hits]  # noqa: E731
+        assert len(await store.search("Kyoto", kinds=["message"])) == 2
+        only_old = await store.search("Kyoto", kinds=["message"], exclude_session=new.id)
+        assert ["planning" in t for t in texts(only_old)] == [True]
+        recent = await store.search("Kyoto", kinds=["message"], since="2024-01-01")
+        assert ["booked" in t for t in texts(recent)] == [True]
+        early = await store.search("Kyoto", kinds=["message"], until="2023-12-31")
+        assert ["planning" in t for t in texts(early)] == [True]
+        assert not await store.search("Kyoto", exclude_session=new.id)
+        # message documents carry the date in words, so dates are searchable
+        assert "1 May 2023" in texts(await store.search("May 2023", kinds=["message"]))[0]
+
+
+async def test_vector_signal_and_backfill(tmp_path):
+    embedder = BagOfWordsEmbedder()
+    async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:
+        a = (await store.add_memory("owns a golden retriever", key="pet")).memory
+        await store.add_memory("works as a nurse", key="job")
+        assert await store.missing_embeddings() == 2
+        assert await store.backfill_embeddings() == 2
+        assert await store.missing_embeddings() == 0
+        row = await store.db.fetchone("SELECT model, dim FROM embeddings LIMIT 1")
+        assert tuple(row) == ("test/bow-64", 64)
+        hits = await store.search("golden retriever")
+        assert hits[0].id == a.id and hits[0].signals["vector"].rank == 1
+        # editing drops the stale vector; backfill makes a new one
+        await store.edit(a.id, value="owns a black cat")
+        assert await store.missing_embeddings() == 1
+        await store.backfill_embeddings()
+        assert (await store.search("black cat"))[0].signals["vector"].rank == 1
+
+
+async def test_text_search_survives_a_dead_embedder(tmp_path):
+    embedder = BagOfWordsEmbedder()
+    async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:
+        await store.add_memory("allergic to penicillin", key="allergy")
+        await store.backfill_embeddings()
+        embedder.fail = True
+        hits = await store.search("penicillin")
+        assert hits and set(hits[0].signals) == {"bm25"}
+
+
+async def test_new_embedding_model_reembeds_while_text_search_works(tmp_path):
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path, embedder=BagOfWordsEmbedder("old/m", 32)) as store:
+        await store.add_memory("speaks Portuguese", key="language")
+        await store.add_memory("runs marathons", key="sport")
+        await store.backfill_embeddings()
+    async with await MemoryStore.open(path, embedder=BagOfWordsEmbedder("new/m", 48)) as store:
+        assert await store.missing_embeddings() == 2
+        hits = await store.search("marathons")
+        assert hits and "vector" not in hits[0].signals  # old vectors are never mixed in
+        await store.backfill_embeddings(limit=1)
+        assert await store.missing_embeddings() == 1
+        models = {r[0] for r in await store.db.fetchall("SELECT DISTINCT model FROM embeddings")}
+        assert models == {"old/m", "new/m"}  # the old ones stay until the new set is complete
+        await store.backfill_embeddings()
+        rows = await store.db.fetchall("SELECT model, dim FROM embeddings")
+        assert {tuple(r) for r in rows} == {("new/m", 48)}
+        assert (await store.search("marathons"))[0].signals["vector"].rank == 1
+
+
+async def test_search_never_writes(store):
+    before = store.db.conn.total_changes
+    await store.search("tea Porto")
+    await store.search("emojis", kinds=["rule", "message"])
+    assert store.db.conn.total_changes == before
+
+
+async def test_limit_is_checked(store):
+    with pytest.raises(InvalidInput, match="limit"):
+        await store.search("tea", limit=0)
+    assert len(await store.search("tea Porto Ana coffee emojis", limit=2)) == 2
