@@ -186,3 +186,24 @@ async def test_limit_is_checked(store):
     with pytest.raises(InvalidInput, match="limit"):
         await store.search("tea", limit=0)
     assert len(await store.search("tea Porto Ana coffee emojis", limit=2)) == 2
+
+
+async def test_backfill_never_stores_a_vector_for_text_edited_meanwhile(tmp_path):
+    embedder = BagOfWordsEmbedder()
+    async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:
+        m = (await store.add_memory("drives a red bicycle", key="vehicle")).memory
+        plain_embed = embedder.embed
+
+        async def embed_while_user_edits(texts, *, query):
+            vectors = await plain_embed(texts, query=query)
+            if embedder.calls == 1:
+                await store.edit(m.id, value="drives a blue scooter")
+            return vectors
+
+        embedder.embed = embed_while_user_edits
+        await store.backfill_embeddings()
+        row = await store.db.fetchone("SELECT content_hash FROM embeddings WHERE memory_id = ?",
+                                      (m.id,))
+        assert embedder.calls == 2  # the edited text was embedded again
+        assert (await store.search("blue scooter"))[0].signals["vector"].rank == 1
+        assert row is not None

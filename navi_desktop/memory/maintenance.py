@@ -217,17 +217,15 @@ class MaintenanceOps:
                     break
                 texts = [render(r) for r in rows]
                 vectors = await self.embedder.embed(texts, query=False)  # outside the lock
-                hashes = [hashlib.sha256(t.encode()).hexdigest()[:16] for t in texts]
+                hashes = [_digest(t) for t in texts]
                 async with self.db.transaction():
-                    # rows edited or deleted meanwhile lost their vectors; skip those
-                    alive = {
-                        r[0]
-                        for r in await self.db.fetchall(
-                            f"SELECT id FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
-                            [r["id"] for r in rows],
-                        )
-                    }
-                    keep = [i for i, r in enumerate(rows) if r["id"] in alive]
+                    # a row edited or deleted while we embedded keeps no stale vector
+                    now = await self.db.fetchall(
+                        f"SELECT * FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
+                        [r["id"] for r in rows],
+                    )
+                    current = {r["id"]: _digest(render(r)) for r in now}
+                    keep = [i for i, r in enumerate(rows) if current.get(r["id"]) == hashes[i]]
                     await self._store_vectors(
                         column,
                         [rows[i]["id"] for i in keep],
@@ -239,3 +237,7 @@ class MaintenanceOps:
             async with self.db.transaction():
                 await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))
         return done
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
