@@ -123,3 +123,19 @@ async def test_messages_hot_path(store):
     with pytest.raises(InvalidInput, match="role"):
         await store.save_message(session.id, "narrator", "x")
     assert await store.db.scalar("SELECT count(*) FROM embeddings") == 0  # no model call
+
+
+async def test_versions_and_guards_on_changes(store):
+    v1 = (await store.add_memory("Berlin", key="city")).memory
+    v2 = (await store.add_memory("Paris", key="city")).memory
+    v3 = await store.correct(v2.id, "Lisbon")
+    assert [m.id for m in await store.versions(v3.id)] == [v2.id, v1.id]
+    assert await store.versions(v1.id) == []
+    with pytest.raises(InvalidInput, match="already has that value"):
+        await store.correct(v3.id, " lisbon ")
+    with pytest.raises(InvalidInput, match=f"replaced by #{v2.id}"):
+        await store.edit(v1.id, value="Bonn")
+    other = (await store.add_memory("tea", key="drink")).memory
+    with pytest.raises(InvalidInput, match=f"#{v3.id} already holds user:city"):
+        await store.edit(other.id, key="City")
+    assert (await store.get(other.id)).key == "drink"

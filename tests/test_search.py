@@ -202,8 +202,9 @@ async def test_backfill_never_stores_a_vector_for_text_edited_meanwhile(tmp_path
 
         embedder.embed = embed_while_user_edits
         await store.backfill_embeddings()
-        row = await store.db.fetchone("SELECT content_hash FROM embeddings WHERE memory_id = ?",
-                                      (m.id,))
+        row = await store.db.fetchone(
+            "SELECT content_hash FROM embeddings WHERE memory_id = ?", (m.id,)
+        )
         assert embedder.calls == 2  # the edited text was embedded again
         assert (await store.search("blue scooter"))[0].signals["vector"].rank == 1
         assert row is not None

@@ -148,3 +148,24 @@ def test_crash_mid_batch_leaves_nothing(tmp_path):
 
     asyncio.run(check())
     assert os.stat(path).st_size > 0
+
+
+async def test_open_without_create_and_foreign_file_mode(tmp_path):
+    from navi_desktop.errors import NotFound
+
+    missing = tmp_path / "nobody" / "memory.db"
+    with pytest.raises(NotFound, match=str(missing)):
+        await MemoryStore.open(missing, create=False)
+    assert not missing.parent.exists()
+
+    import sqlean
+
+    foreign = tmp_path / "other.db"
+    conn = sqlean.connect(foreign)
+    conn.execute("CREATE TABLE t (x)")
+    conn.commit()
+    conn.close()
+    foreign.chmod(0o644)
+    with pytest.raises(CorruptDatabase):
+        await MemoryStore.open(foreign)
+    assert stat.S_IMODE(foreign.stat().st_mode) == 0o644

@@ -13,7 +13,7 @@ import aiosqlite
 import sqlean
 import sqlite_vec
 
-from navi_desktop.errors import CorruptDatabase
+from navi_desktop.errors import CorruptDatabase, NotFound
 from navi_desktop.paths import ensure_private_dir
 
 # PRAGMA application_id marks the file as ours ("NAVI"), so a foreign SQLite file is never touched.
@@ -87,17 +87,21 @@ class Database:
         self._in_tx = False
 
     @classmethod
-    async def open(cls, path: Path) -> Database:
+    async def open(cls, path: Path, *, create: bool = True) -> Database:
         path = Path(path)
-        ensure_private_dir(path.parent)
         _check_file(path)
         if not path.exists():
+            if not create:
+                raise NotFound(f"no memory file at {path}")
+            ensure_private_dir(path.parent)
             os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
-        if path.stat().st_mode & 0o777 != 0o600:
-            path.chmod(0o600)
         # Check in a plain thread first: a connector failing inside aiosqlite's worker thread
         # leaves that thread reporting to a loop that may be gone.
         await asyncio.to_thread(lambda: _connector(path).close())
+        # Only a file known to be ours gets its permissions tightened.
+        ensure_private_dir(path.parent)
+        if path.stat().st_mode & 0o777 != 0o600:
+            path.chmod(0o600)
         conn = aiosqlite.Connection(lambda: _connector(path), iter_chunk_size=64)
         await conn
         return cls(conn, path)

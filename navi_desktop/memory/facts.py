@@ -113,9 +113,23 @@ class FactOps:
             raise NotFound(f"no memory with id {memory_id}")
         return row
 
-    async def get(self, memory_id: int) -> Memory:
+    async def get(self: MemoryStore, memory_id: int) -> Memory:
         async with self.db.reading():
             return Memory.from_row(await self._row(memory_id))
+
+    async def versions(self: MemoryStore, memory_id: int) -> list[Memory]:
+        """The earlier versions this memory replaced, newest first."""
+        async with self.db.reading():
+            await self._row(memory_id)
+            rows = await self.db.fetchall(
+                "WITH RECURSIVE older(id, depth) AS ("
+                " SELECT id, 1 FROM memories WHERE superseded_by = ?"
+                " UNION SELECT m.id, older.depth + 1 FROM memories m"
+                " JOIN older ON m.superseded_by = older.id WHERE older.depth < 1000)"
+                " SELECT memories.* FROM older JOIN memories USING (id) ORDER BY depth",
+                (memory_id,),
+            )
+        return [Memory.from_row(r) for r in rows]
 
     async def history(self: MemoryStore, memory_id: int) -> list[HistoryEntry]:
         async with self.db.reading():
@@ -296,6 +310,8 @@ class FactOps:
                 raise InvalidInput(
                     f"memory {memory_id} is {old['status']}; only a current one can be corrected"
                 )
+            if normalize(old["value"]) == normalize(value):
+                raise InvalidInput(f"memory {memory_id} already has that value")
             item = NewMemory(
                 value=value,
                 kind=old["kind"],
@@ -323,6 +339,10 @@ class FactOps:
             )
         async with self.db.transaction():
             row = await self._row(memory_id)
+            if row["status"] == "superseded":
+                raise InvalidInput(
+                    f"memory {memory_id} was replaced by #{row['superseded_by']}; edit that one"
+                )
             merged = {k: row[k] for k in EDITABLE} | changes
             merged["value"] = str(merged["value"]).strip()
             NewMemory(kind=row["kind"], source=row["source"], **merged).check()
@@ -330,6 +350,16 @@ class FactOps:
             if not changed:
                 return Memory.from_row(row)
             norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
+            if norm_key and norm_key != row["norm_key"]:
+                clash = await self.db.scalar(
+                    "SELECT id FROM memories WHERE norm_key = ? AND kind = ? AND id != ?"
+                    " AND status IN ('active', 'held')",
+                    (norm_key, row["kind"], memory_id),
+                )
+                if clash:
+                    raise InvalidInput(
+                        f"memory #{clash} already holds {norm_key}: correct or forget that one"
+                    )
             sets = ", ".join(f"{k} = ?" for k in changed)
             await self.db.execute(
                 f"UPDATE memories SET {sets}, norm_key = ?, updated_at = ? WHERE id = ?",

@@ -41,8 +41,11 @@ class MemoryStore(FactOps, SearchOps, ExchangeOps, MaintenanceOps):
         self._bits_version: int | None = None
 
     @classmethod
-    async def open(cls, path: Path, *, embedder: Embedder | None = None) -> MemoryStore:
-        db = await Database.open(path)
+    async def open(
+        cls, path: Path, *, embedder: Embedder | None = None, create: bool = True
+    ) -> MemoryStore:
+        """Open (by default creating) a memory file and bring its schema up to date."""
+        db = await Database.open(path, create=create)
         try:
             await migrate(db)
         except BaseException:
@@ -52,9 +55,15 @@ class MemoryStore(FactOps, SearchOps, ExchangeOps, MaintenanceOps):
 
     @classmethod
     async def open_profile(
-        cls, profile: str, *, paths: Paths | None = None, embedder: Embedder | None = None
+        cls,
+        profile: str,
+        *,
+        paths: Paths | None = None,
+        embedder: Embedder | None = None,
+        create: bool = True,
     ) -> MemoryStore:
-        return await cls.open((paths or Paths.from_env()).profile_db(profile), embedder=embedder)
+        path = (paths or Paths.from_env()).profile_db(profile)
+        return await cls.open(path, embedder=embedder, create=create)
 
     async def close(self) -> None:
         await self.db.close()

@@ -1,0 +1,72 @@
+"""The ``navi`` argument parser and dispatch.
+
+Startup cost matters: this module and the command modules import only the standard library at
+import time; each command imports the memory engine (numpy, aiosqlite, SQLite) when it runs.
+
+Exit codes: 0 success; 1 a failure not caused by the input (disk, lock) or a declined prompt;
+2 bad input (usage, unknown id, invalid file, corrupt profile file); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from navi_desktop import __version__
+from navi_desktop.cli.output import error
+from navi_desktop.errors import NaviError
+
+
+class CommandError(Exception):
+    """A failure to report as one line, with its exit code (1 when not the input's fault)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from navi_desktop.cli import memory
+
+    parser = argparse.ArgumentParser(
+        prog="navi",
+        description="Navi Desktop: a local-first terminal assistant that remembers you.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.set_defaults(help_parser=parser)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    memory.register(commands)
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run ``navi`` with these arguments; returns the exit code (never raises SystemExit)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help, --version, or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        args.help_parser.print_help()
+        return 0
+    try:
+        return handler(args)
+    except NaviError as err:
+        error(str(err))
+        return 2
+    except CommandError as err:
+        error(str(err))
+        return err.code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``navi memory list | head``): stop quietly.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 1

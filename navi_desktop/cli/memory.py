@@ -1,0 +1,685 @@
+"""``navi memory``: look at and change what Navi remembers, by hand.
+
+Each command checks its arguments, opens the profile's store once (``asyncio.run`` once per
+command), always closes it, and prints either plain text or, with ``--json``, one JSON document.
+The engine is imported inside the commands so that ``navi --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from navi_desktop.cli.main import CommandError
+from navi_desktop.cli.output import (
+    emit_json,
+    human_size,
+    one_line,
+    safe,
+    table,
+    terminal_width,
+    truncate,
+    write_atomic,
+)
+from navi_desktop.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from navi_desktop.memory import Memory, MemoryStore
+
+T = TypeVar("T")
+
+SORTS = ("updated", "created", "strength", "confidence", "id")
+
+
+# -- parser ------------------------------------------------------------------------------------
+
+
+def register(commands: Any) -> None:
+    # --profile and --json are accepted before or after the subcommand. SUPPRESS keeps a
+    # subcommand's unset copy from overwriting a value given to the group.
+    common = argparse.ArgumentParser(add_help=False)
+    group = common.add_argument_group("memory options")
+    group.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help="whose memory (default: your OS user name)",
+    )
+    group.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print one JSON document on stdout instead of text",
+    )
+
+    mem = commands.add_parser(
+        "memory",
+        parents=[common],
+        help="look at and change what Navi remembers",
+        description="Look at and change what Navi remembers about you.",
+    )
+    mem.set_defaults(help_parser=mem)
+    sub = mem.add_subparsers(title="memory commands", metavar="COMMAND")
+
+    def command(
+        name: str, handler: Callable[[argparse.Namespace], int], help: str, **kw: Any
+    ) -> argparse.ArgumentParser:
+        description = help[0].upper() + help[1:] + "."
+        p = sub.add_parser(name, parents=[common], help=help, description=description, **kw)
+        p.set_defaults(handler=handler, help_parser=p)
+        return p
+
+    p = command(
+        "add",
+        cmd_add,
+        "remember something you tell it",
+        usage="navi memory add [-h] [--kind {fact,rule}] [--category C] [--subject S]\n"
+        "                       [--evidence TEXT] [--confidence X] [--pin] [KEY] VALUE",
+    )
+    p.add_argument(
+        "text",
+        nargs="+",
+        metavar="[KEY] VALUE",
+        help="the value, optionally after a key naming the attribute (e.g. editor vim);"
+        " quote a value that has spaces",
+    )
+    p.add_argument(
+        "--kind",
+        choices=("fact", "rule"),
+        default="fact",
+        help="fact (default) or rule: how Navi should behave (a rule rarely needs a key)",
+    )
+    p.add_argument("--category", metavar="C", help="profile, preferences, technical, ...")
+    p.add_argument("--subject", metavar="S", help="who or what it is about (default: you)")
+    p.add_argument("--evidence", metavar="TEXT", help="where it comes from")
+    p.add_argument("--confidence", type=float, default=1.0, metavar="X", help="0 to 1 (default 1)")
+    p.add_argument("--pin", action="store_true", help="pin it: never decays or gets archived")
+
+    p = command("list", cmd_list, "list memories")
+    p.add_argument("--kind", help="fact, episode, rule or reflection")
+    p.add_argument("--category", metavar="C")
+    p.add_argument(
+        "--status",
+        default="active",
+        help="active (default), held, archived, superseded, or all",
+    )
+    p.add_argument("--pinned", action="store_true", help="only pinned memories")
+    p.add_argument("--sort", choices=SORTS, default="updated", help="order (default: updated)")
+    p.add_argument("--asc", action="store_true", help="oldest / lowest first")
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="page size (default 50)")
+    p.add_argument("--offset", type=int, default=0, metavar="N", help="skip the first N")
+
+    p = command("search", cmd_search, "search memories (and optionally the conversations)")
+    p.add_argument("query", metavar="QUERY")
+    p.add_argument(
+        "--kind",
+        action="append",
+        metavar="KIND",
+        help="fact, episode, rule, reflection or message (repeatable; default: every memory)",
+    )
+    p.add_argument("--category", action="append", metavar="C", help="repeatable")
+    p.add_argument("--limit", type=int, default=10, metavar="N", help="hits (default 10)")
+    p.add_argument("--since", metavar="TIME", help="created at or after (ISO 8601)")
+    p.add_argument("--until", metavar="TIME", help="created at or before (ISO 8601)")
+    p.add_argument(
+        "--all",
+        dest="include_inactive",
+        action="store_true",
+        help="include held, archived and superseded memories",
+    )
+
+    p = command("show", cmd_show, "show one memory with its earlier versions and history")
+    p.add_argument("id", type=int, metavar="ID")
+
+    p = command("forget", cmd_forget, "forget a memory and every trace of it, for good")
+    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+
+    p = command("pin", cmd_pin, "pin a memory (it never decays), or unpin it with --off")
+    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("--off", action="store_true", help="unpin")
+
+    p = command("edit", cmd_edit, "fix a memory in place, or --correct it with a new version")
+    p.add_argument("id", type=int, metavar="ID")
+    p.add_argument("--value", metavar="TEXT")
+    p.add_argument("--category", metavar="C", help="'' clears it")
+    p.add_argument("--subject", metavar="S", help="'' clears it")
+    p.add_argument("--key", metavar="K", help="'' clears it")
+    p.add_argument("--evidence", metavar="TEXT", help="'' clears it")
+    p.add_argument("--confidence", type=float, metavar="X", help="0 to 1")
+    p.add_argument(
+        "--correct",
+        metavar="VALUE",
+        help="the world changed: a new version with this value replaces the memory, which"
+        " stays in its history (combine only with --evidence)",
+    )
+
+    p = command("export", cmd_export, "export memories (JSON round-trips; Markdown is to read)")
+    p.add_argument("--format", choices=("json", "markdown"), default="json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+
+    p = command("import", cmd_import, "import a JSON export; what is already there is skipped")
+    p.add_argument("file", metavar="FILE", help="an export file, or - for stdin")
+
+    command("stats", cmd_stats, "counts, file path and size")
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+
+def _json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def _profile(args: argparse.Namespace) -> str:
+    from navi_desktop.paths import check_profile_name, default_profile
+
+    name = getattr(args, "profile", None)
+    return check_profile_name(default_profile() if name is None else name)
+
+
+def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
+    """Reject a bad choice before the profile file is opened (or created)."""
+    if value is not None and value not in allowed:
+        raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+def _with_store(
+    args: argparse.Namespace,
+    work: Callable[[MemoryStore], Awaitable[T]],
+    *,
+    memory_id: int | None = None,
+) -> T:
+    """Open the profile's store, run ``work`` on it, always close it.
+
+    With ``memory_id``, a profile that has no file yet is not created just to say the id is
+    unknown.
+    """
+    import asyncio
+
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.db import DbError
+    from navi_desktop.paths import Paths
+
+    profile = _profile(args)
+    paths = Paths.from_env()
+    path = paths.profile_db(profile)
+    if memory_id is not None and not path.exists():
+        raise NotFound(f"no memory with id {memory_id}")
+
+    async def main() -> T:
+        async with await MemoryStore.open(path) as store:
+            return await work(store)
+
+    try:
+        return asyncio.run(main())
+    except DbError as exc:
+        raise CommandError(f"{path}: {exc}") from exc
+    except OSError as exc:
+        where = exc.filename or path
+        raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
+
+
+def _key_label(m: Memory) -> str:
+    from navi_desktop.memory.textproc import normalize
+
+    subject = m.subject if m.subject and normalize(m.subject) not in {"user", "i", "me"} else None
+    if subject and m.key:
+        return f"{subject}.{m.key}"
+    return subject or m.key or "-"
+
+
+def _kind_label(m: Memory) -> str:
+    return f"{m.kind}/{m.category}" if m.category else m.kind
+
+
+def _flags(m: Memory) -> str:
+    return f"{m.status},pinned" if m.pinned else m.status
+
+
+def _text(m: Memory) -> str:
+    from navi_desktop.memory.documents import memory_text
+
+    return memory_text(m.to_dict())
+
+
+# -- add ---------------------------------------------------------------------------------------
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.models import CATEGORIES
+
+    if len(args.text) > 2:
+        raise InvalidInput(
+            f"add takes [KEY] VALUE, got {len(args.text)} words: quote a value that has spaces"
+        )
+    key, value = (None, args.text[0]) if len(args.text) == 1 else args.text
+    _check("category", args.category, CATEGORIES)
+    if not value.strip():
+        raise InvalidInput("a memory needs a non-empty value")
+    if key is not None and not key.strip():
+        raise InvalidInput("the key is empty: leave it out, or name the attribute")
+    if not 0 <= args.confidence <= 1:
+        raise InvalidInput(f"confidence must be between 0 and 1, got {args.confidence}")
+
+    async def work(store: MemoryStore):
+        result = await store.add_memory(
+            value,
+            kind=args.kind,
+            category=args.category,
+            subject=args.subject or None,
+            key=key,
+            evidence=args.evidence or None,
+            source="user_explicit",
+            confidence=args.confidence,
+            pinned=args.pin,
+        )
+        if args.pin and result.memory is not None and not result.memory.pinned:
+            result.memory = await store.pin(result.memory.id)
+        return result
+
+    result = _with_store(args, work)
+    m = result.memory
+    if _json(args):
+        emit_json(
+            {
+                "action": result.action,
+                "memory": m.to_dict() if m else None,
+                "replaced": result.replaced,
+            }
+        )
+        return 0
+    if m is None:  # pragma: no cover - a user's own memory is never blocked
+        print(f"Not added: {result.action}.")
+        return 1
+    verb = {"added": "Added", "strengthened": "Already known, strengthened", "superseded": "Added"}
+    line = f"{verb.get(result.action, result.action)} #{m.id}: {one_line(_text(m))}"
+    if result.replaced:
+        line += f" (replaces #{result.replaced})"
+    print(line + (" [pinned]" if m.pinned else ""))
+    return 0
+
+
+# -- list --------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES
+
+    _check("kind", args.kind, KINDS)
+    _check("category", args.category, CATEGORIES)
+    _check("status", args.status, (*STATUSES, "all"))
+    if args.limit < 1 or args.offset < 0:
+        raise InvalidInput("--limit must be at least 1 and --offset not negative")
+
+    async def work(store: MemoryStore):
+        return await store.list_memories(
+            kind=args.kind,
+            category=args.category,
+            status=None if args.status == "all" else args.status,
+            pinned=True if args.pinned else None,
+            sort=args.sort,
+            descending=not args.asc,
+            limit=args.limit,
+            offset=args.offset,
+        )
+
+    memories, total = _with_store(args, work)
+    if _json(args):
+        emit_json(
+            {
+                "total": total,
+                "offset": args.offset,
+                "limit": args.limit,
+                "memories": [m.to_dict() for m in memories],
+            }
+        )
+        return 0
+    if not memories:
+        print("No memories." if total == 0 else f"No memories past {args.offset} (of {total}).")
+        return 0
+    rows = [[f"#{m.id}", _kind_label(m), _key_label(m), _flags(m), m.value] for m in memories]
+    for line in table(["ID", "KIND", "KEY", "STATUS", "VALUE"], rows, flex=4):
+        print(line)
+    first, last = args.offset + 1, args.offset + len(memories)
+    if first > 1 or last < total:
+        more = f"; next page: --offset {last}" if last < total else ""
+        print(f"({first}-{last} of {total}{more})")
+    return 0
+
+
+# -- search ------------------------------------------------------------------------------------
+
+
+def _why(signals: dict[str, Any]) -> str:
+    order = {"bm25": 0, "vector": 1, "entity": 2, "session": 3}
+    names = sorted(signals, key=lambda n: (order.get(n, 9), n))
+    return " · ".join(f"{n} #{signals[n].rank}" for n in names)
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.clock import check_iso
+    from navi_desktop.memory.models import CATEGORIES, KINDS
+
+    for kind in args.kind or ():
+        _check("kind", kind, (*KINDS, "message"))
+    for category in args.category or ():
+        _check("category", category, CATEGORIES)
+    if not 1 <= args.limit <= 1000:
+        raise InvalidInput(f"--limit must be between 1 and 1000, got {args.limit}")
+    since = check_iso(args.since, "--since") if args.since else None
+    until = check_iso(args.until, "--until") if args.until else None
+
+    async def work(store: MemoryStore):
+        return await store.search(
+            args.query,
+            limit=args.limit,
+            kinds=args.kind,
+            categories=args.category,
+            since=since,
+            until=until,
+            include_inactive=args.include_inactive,
+        )
+
+    hits = _with_store(args, work)
+    if _json(args):
+        emit_json({"query": args.query, "hits": [h.to_dict() for h in hits]})
+        return 0
+    if not hits:
+        print("No matches.")
+        return 0
+    width = terminal_width()
+    for hit in hits:
+        if hit.memory is not None:
+            m = hit.memory
+            label = _kind_label(m) + ("" if m.status == "active" else f" ({m.status})")
+            label += " pinned" if m.pinned else ""
+        else:
+            label = f"message/{hit.message.session_id}" if hit.message else "message"
+        head = f"#{hit.id}  {label}  "
+        print(head + truncate(one_line(hit.text), width - len(head)))
+        print(f"    score {hit.score:.4f} · {_why(hit.signals)}")
+    return 0
+
+
+# -- show --------------------------------------------------------------------------------------
+
+
+def _change(entry: Any) -> str:
+    old, new = entry.old or {}, entry.new or {}
+    if old and new:
+        return ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in new)
+    if entry.action == "supersedes" and "supersedes" in new:
+        return f"replaces #{new['supersedes']}"
+    if entry.action == "superseded" and "superseded_by" in new:
+        return f"replaced by #{new['superseded_by']}"
+    return ", ".join(f"{k}={v!r}" for k, v in new.items() if v is not None)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    async def work(store: MemoryStore):
+        m = await store.get(args.id)
+        return m, await store.versions(m.id), await store.history(args.id)
+
+    m, versions, history = _with_store(args, work, memory_id=args.id)
+    if _json(args):
+        emit_json(
+            {
+                "memory": m.to_dict(),
+                "versions": [v.to_dict() for v in versions],
+                "history": [h.to_dict() for h in history],
+            }
+        )
+        return 0
+    fields = [
+        ("kind", m.kind),
+        ("category", m.category),
+        ("subject", m.subject),
+        ("key", m.key),
+        ("value", m.value),
+        ("evidence", m.evidence),
+        ("source", m.source),
+        ("confidence", f"{m.confidence:.2f}"),
+        ("status", m.status),
+        ("pinned", "yes" if m.pinned else "no"),
+        ("strength", f"{m.strength:.2f}"),
+        ("mentions", str(m.mentions)),
+        ("created", m.created_at),
+        ("updated", m.updated_at),
+        ("last used", m.last_used_at),
+        ("valid", f"{m.valid_from} to {m.valid_to or 'now'}"),
+        ("session", m.session_id),
+        ("replaced by", f"#{m.superseded_by}" if m.superseded_by else None),
+    ]
+    print(f"Memory #{m.id}")
+    for name, value in fields:
+        text = "-" if value is None else safe(str(value)).replace("\n", "\n" + " " * 15)
+        print(f"  {name:<12} {text}")
+    if versions:
+        print("Earlier versions:")
+        for v in versions:
+            print(f"  #{v.id}  {v.valid_from} to {v.valid_to or '?'}  {one_line(v.value)}")
+    print("History:")
+    for h in history:
+        print(f"  {h.at}  {h.action:<11} {h.actor:<6} {one_line(_change(h))}".rstrip())
+    return 0
+
+
+# -- forget ------------------------------------------------------------------------------------
+
+
+def _confirm(question: str) -> bool:
+    """Ask on stderr (stdout stays clean for --json), read the answer from stdin."""
+    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    if not answer:
+        print(file=sys.stderr)
+    return answer.strip().lower() in ("y", "yes")
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    if not args.yes and not sys.stdin.isatty():
+        raise InvalidInput(
+            f"forget asks for confirmation and stdin is not a terminal:"
+            f" pass --yes to forget memory {args.id}"
+        )
+
+    async def work(store: MemoryStore):
+        m = await store.get(args.id)
+        if not args.yes and not _confirm(
+            f"Forget #{m.id} ({truncate(one_line(_text(m)), 60)}), its earlier versions and"
+            " their evidence, for good?"
+        ):
+            return None
+        return await store.forget(args.id)
+
+    report = _with_store(args, work, memory_id=args.id)
+    if _json(args):
+        forgotten = report.forgotten if report else []
+        emit_json(
+            {"forgotten": forgotten, "redacted_messages": report.redacted_messages if report else 0}
+        )
+        return 0 if report else 1
+    if report is None:
+        print("Nothing forgotten.")
+        return 1
+    ids = ", ".join(f"#{i}" for i in report.forgotten)
+    line = f"Forgot {ids}."
+    if report.redacted_messages:
+        line += f" Evidence removed from {report.redacted_messages} message(s)."
+    print(line)
+    return 0
+
+
+# -- pin ---------------------------------------------------------------------------------------
+
+
+def cmd_pin(args: argparse.Namespace) -> int:
+    async def work(store: MemoryStore):
+        return await store.pin(args.id, not args.off)
+
+    m = _with_store(args, work, memory_id=args.id)
+    if _json(args):
+        emit_json({"memory": m.to_dict()})
+    else:
+        print(f"{'Pinned' if m.pinned else 'Unpinned'} #{m.id}: {one_line(_text(m))}")
+    return 0
+
+
+# -- edit --------------------------------------------------------------------------------------
+
+
+def cmd_edit(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.models import CATEGORIES
+
+    clearable = ("category", "subject", "key", "evidence")
+    changes: dict[str, Any] = {}
+    for name in ("value", *clearable, "confidence"):
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = None if name in clearable and value == "" else value
+    if args.correct is not None:
+        other = sorted(set(changes) - {"evidence"})
+        if other:
+            raise InvalidInput(
+                "--correct makes a new version; it combines only with --evidence, not --"
+                + ", --".join(other)
+            )
+        if not args.correct.strip():
+            raise InvalidInput("--correct needs a non-empty value")
+    elif not changes:
+        raise InvalidInput(
+            "nothing to change: give --value, --category, --subject, --key, --evidence,"
+            " --confidence or --correct"
+        )
+    _check("category", changes.get("category"), CATEGORIES)
+    if "value" in changes and not changes["value"].strip():
+        raise InvalidInput("a memory needs a non-empty value")
+    if "confidence" in changes and not 0 <= changes["confidence"] <= 1:
+        raise InvalidInput(f"confidence must be between 0 and 1, got {changes['confidence']}")
+
+    async def work(store: MemoryStore):
+        before = await store.get(args.id)
+        if args.correct is not None:
+            return "corrected", await store.correct(
+                args.id, args.correct, evidence=changes.get("evidence")
+            )
+        after = await store.edit(args.id, **changes)
+        return ("edited" if after != before else "unchanged"), after
+
+    action, m = _with_store(args, work, memory_id=args.id)
+    replaced = args.id if action == "corrected" else None
+    if _json(args):
+        emit_json({"action": action, "memory": m.to_dict(), "replaced": replaced})
+        return 0
+    if action == "corrected":
+        print(f"Corrected: #{m.id} replaces #{args.id}: {one_line(_text(m))}")
+    elif action == "edited":
+        print(f"Edited #{m.id}: {one_line(_text(m))}")
+    else:
+        print(f"No change to #{m.id}.")
+    return 0
+
+
+# -- export / import ---------------------------------------------------------------------------
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    to_stdout = args.output in (None, "-")
+    if _json(args) and to_stdout and args.format != "json":
+        raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
+
+    async def work(store: MemoryStore):
+        data = await store.export_data()
+        text = (
+            json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+            if args.format == "json"
+            else await store.export_markdown()
+        )
+        return data, text
+
+    data, text = _with_store(args, work)
+    if to_stdout:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    target = Path(args.output)
+    try:
+        write_atomic(target, text)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    count = len(data["memories"])
+    if _json(args):
+        emit_json({"path": str(target.absolute()), "format": args.format, "memories": count})
+    else:
+        print(f"Exported {count} memories ({args.format}) to {args.output}.")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.exchange import parse_export
+
+    source = "stdin" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        else:
+            raw = Path(args.file).read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
+    try:
+        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from exc
+    data = parse_export(text, source)  # before the profile is opened: a bad file changes nothing
+
+    async def work(store: MemoryStore):
+        return await store.import_data(data)
+
+    report = _with_store(args, work)
+    if _json(args):
+        emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
+    else:
+        print(
+            f"Imported {source}: {report.added} added, {report.skipped} skipped (already here),"
+            f" {report.blocked} blocked (forgotten before)."
+        )
+    return 0
+
+
+# -- stats -------------------------------------------------------------------------------------
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    profile = _profile(args)
+
+    async def work(store: MemoryStore):
+        return await store.stats()
+
+    stats = _with_store(args, work)
+    stats = {"profile": profile, **stats}
+    if _json(args):
+        emit_json(stats)
+        return 0
+    print(f"Profile     {profile}")
+    print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
+    memories = stats["memories"]
+    total = sum(sum(by.values()) for by in memories.values())
+    print(f"Memories    {total}")
+    for kind in sorted(memories):
+        parts = ", ".join(f"{n} {status}" for status, n in sorted(memories[kind].items()))
+        print(f"  {kind:<10} {parts}")
+    if stats["facts_by_category"]:
+        parts = ", ".join(f"{c} {n}" for c, n in sorted(stats["facts_by_category"].items()))
+        print(f"Facts       {parts}")
+    print(f"Pinned      {stats['pinned']}")
+    print(f"Sessions    {stats['sessions']} ({stats['messages']} messages)")
+    print(f"Forgotten   {stats['tombstones']} (tombstones)")
+    print(f"Entities    {stats['entities']}")
+    for e in stats["embeddings"]:
+        print(f"Vectors     {e['count']} × {e['model']} ({e['dim']}-d)")
+    return 0

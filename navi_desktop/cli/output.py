@@ -1,0 +1,125 @@
+"""Plain terminal output: one-line errors, JSON documents, aligned tables that fit the terminal.
+
+Standard library only, so importing it costs nothing at startup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+# C0/C1 control characters (and DEL): stored text may come from imports or conversations and
+# must not be able to drive the terminal (escape sequences) when shown.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_SPACE = re.compile(r"\s+")
+
+
+def error(message: str) -> None:
+    """One line on stderr naming the problem."""
+    line = _SPACE.sub(" ", safe(str(message))).strip()
+    print(f"navi: {line}", file=sys.stderr)
+
+
+def emit_json(data: Any) -> None:
+    """The one JSON document a command writes to stdout."""
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+
+
+def safe(text: str) -> str:
+    """Text with control characters (other than tab and newline) shown as '?'."""
+    return _CONTROL.sub("?", text)
+
+
+def one_line(text: str) -> str:
+    """Text as a single line: control characters replaced, whitespace runs collapsed."""
+    return _SPACE.sub(" ", safe(text)).strip()
+
+
+def terminal_width() -> int:
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def char_width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    return sum(char_width(ch) for ch in text)
+
+
+def truncate(text: str, width: int) -> str:
+    """Cut ``text`` to at most ``width`` terminal cells, ending with '…' when cut."""
+    if display_width(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    out, used = [], 0
+    for ch in text:
+        w = char_width(ch)
+        if used + w > width - 1:
+            break
+        out.append(ch)
+        used += w
+    return "".join(out) + "…"
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * max(0, width - display_width(text))
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, flex: int, width: int | None = None
+) -> list[str]:
+    """Aligned columns; column ``flex`` takes the room left and is truncated to fit ``width``."""
+    width = terminal_width() if width is None else width
+    cells = [[one_line(c) for c in row] for row in rows]
+    widths = [display_width(h) for h in headers]
+    for row in cells:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], display_width(cell))
+    gap = 2
+    fixed = sum(w for i, w in enumerate(widths) if i != flex) + gap * (len(headers) - 1)
+    widths[flex] = max(10, min(widths[flex], width - fixed))
+    lines = []
+    for row in [list(headers), *cells]:
+        parts = [pad(truncate(cell, widths[i]), widths[i]) for i, cell in enumerate(row)]
+        lines.append((" " * gap).join(parts).rstrip())
+    return lines
+
+
+def human_size(n: int) -> str:
+    size = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} bytes"  # pragma: no cover
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a private temp file in the same folder and os.replace,
+    so a reader never sees half a file and the result is readable by its owner only (0600)."""
+    folder = path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
