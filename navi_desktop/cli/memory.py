@@ -8,6 +8,7 @@ The engine is imported inside the commands so that ``navi --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,9 +29,11 @@ from navi_desktop.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
     from navi_desktop.memory import Memory, MemoryStore
+    from navi_desktop.memory.embedders import Embedder
 
 T = TypeVar("T")
 
+BACKFILL_PER_RUN = 64
 SORTS = ("updated", "created", "strength", "confidence", "id")
 
 
@@ -187,6 +190,18 @@ def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
         raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
+def _embedder() -> Embedder | None:
+    """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
+    from navi_desktop.memory.embedders import embedder_by_name, local_embedder_available
+
+    choice = os.environ.get("NAVI_EMBEDDER", "auto")
+    if choice not in ("auto", "local", "none"):
+        raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
+    if choice == "auto":
+        choice = "local" if local_embedder_available() else "none"
+    return embedder_by_name(choice)
+
+
 def _with_store(
     args: argparse.Namespace,
     work: Callable[[MemoryStore], Awaitable[T]],
@@ -211,8 +226,12 @@ def _with_store(
         raise NotFound(f"no memory with id {memory_id}")
 
     async def main() -> T:
-        async with await MemoryStore.open(path) as store:
-            return await work(store)
+        async with await MemoryStore.open(path, embedder=_embedder()) as store:
+            result = await work(store)
+            # Keep new and edited memories findable by meaning; a few per run, so a large
+            # profile never stalls a command (the daemon does the rest in the background).
+            await store.backfill_embeddings(messages=False, limit=BACKFILL_PER_RUN)
+            return result
 
     try:
         return asyncio.run(main())
@@ -357,7 +376,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _why(signals: dict[str, Any]) -> str:
     order = {"bm25": 0, "vector": 1, "entity": 2, "session": 3}
     names = sorted(signals, key=lambda n: (order.get(n, 9), n))
-    return " · ".join(f"{n} #{signals[n].rank}" for n in names)
+
+    def one(name: str) -> str:
+        sig = signals[name]
+        # a similarity means something to a reader; BM25 and fusion scores do not
+        return (
+            f"{name} #{sig.rank} ({sig.score:.2f})" if name == "vector" else f"{name} #{sig.rank}"
+        )
+
+    return " · ".join(one(n) for n in names)
 
 
 def cmd_search(args: argparse.Namespace) -> int:

@@ -193,17 +193,18 @@ class MaintenanceOps:
             )
 
     async def backfill_embeddings(
-        self: MemoryStore, *, batch: int = 32, limit: int | None = None
+        self: MemoryStore, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
-        """Embed what has no vector for the current model; when nothing is left, drop vectors of
-        earlier models. Text search works throughout. Returns how many texts were embedded."""
+        """Embed what has no vector for the current model (memories first, then messages unless
+        ``messages`` is false); when nothing is left, drop vectors of earlier models. Text search
+        works throughout. Returns how many texts were embedded."""
         if self.embedder is None:
             return 0
         model, done = self.embedder.model, 0
-        for column, table, render, where in (
-            ("memory_id", "memories", memory_text, "status IN ('active', 'held') AND "),
-            ("message_id", "messages", message_text, ""),
-        ):
+        targets = [("memory_id", "memories", memory_text, "status IN ('active', 'held') AND ")]
+        if messages:
+            targets.append(("message_id", "messages", message_text, ""))
+        for column, table, render, where in targets:
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
                 async with self.db.reading():

@@ -212,13 +212,14 @@ class SearchOps:
                 continue
             where, params = sql_of(alias)
             rows = await self.db.fetchall(
-                f"SELECT {alias}.id, vec_distance_cosine(e.vector, ?) AS d FROM embeddings e"
-                f" JOIN {table} {alias} ON {alias}.id = e.{column}"
-                f" WHERE e.id IN ({','.join('?' * len(ids))}) AND {where} ORDER BY d LIMIT ?",
+                f"SELECT {alias}.id, 1 - vec_distance_cosine(e.vector, ?) AS sim"
+                f" FROM embeddings e JOIN {table} {alias} ON {alias}.id = e.{column}"
+                f" WHERE e.id IN ({','.join('?' * len(ids))}) AND {where}"
+                " ORDER BY sim DESC LIMIT ?",
                 (blob, *ids, *params, t.depth),
             )
             hits += _ranked(rows, kind)
-        hits.sort(key=lambda h: h[1])
+        hits.sort(key=lambda h: -h[1])  # cosine similarity
         return hits[: t.depth]
 
     async def _entities(self: MemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
