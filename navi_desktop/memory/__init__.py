@@ -3,7 +3,8 @@
 Imports neither Textual nor the Ollama client; usable and testable on its own.
 """
 
-from navi_desktop.memory.facts import ForgetReport, NewMemory, WriteResult
+from navi_desktop.memory.facts import NewMemory, WriteResult
+from navi_desktop.memory.forget import ForgetReport
 from navi_desktop.memory.models import HistoryEntry, Memory, Message, SearchHit, Session, Signal
 from navi_desktop.memory.store import MemoryStore
 

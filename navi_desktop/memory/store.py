@@ -1,7 +1,7 @@
 """The memory store: one profile's SQLite file and every operation on it (async).
 
-The operations live in small mixins, one idea each (facts, search, exchange, maintenance);
-this module holds opening, sessions, messages and the index bookkeeping they share.
+The operations live in small mixins, one idea each (facts, forgetting, search, exchange,
+maintenance); this module holds opening, sessions, messages and the index bookkeeping they share.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
+from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.maintenance import MaintenanceOps
 from navi_desktop.memory.migrations import migrate
 from navi_desktop.memory.models import Message, Session
@@ -31,7 +32,7 @@ from navi_desktop.paths import Paths
 ROLES = ("user", "assistant", "tool", "system")
 
 
-class MemoryStore(FactOps, SearchOps, ExchangeOps, MaintenanceOps):
+class MemoryStore(FactOps, ForgetOps, SearchOps, ExchangeOps, MaintenanceOps):
     """Everything the daemon (or the CLI) does with one profile's memory."""
 
     def __init__(self, db: Database, embedder: Embedder | None = None) -> None:
