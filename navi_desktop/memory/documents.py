@@ -7,18 +7,20 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from navi_desktop.memory.models import Memory
 from navi_desktop.memory.textproc import segment
 
 Row = Mapping[str, Any]
 
 
-def memory_text(row: Row) -> str:
+def memory_text(row: Row | Memory) -> str:
     """One line of plain text for a memory, as shown to a model and embedded."""
-    if row["kind"] != "fact":
-        return str(row["value"])
-    subject = row["subject"] or "user"
-    key = (row["key"] or "").replace("_", " ")
-    return f"{subject} {key}: {row['value']}" if key else f"{subject}: {row['value']}"
+    get = (lambda k: getattr(row, k)) if isinstance(row, Memory) else row.__getitem__
+    if get("kind") != "fact":
+        return str(get("value"))
+    subject = get("subject") or "user"
+    key = (get("key") or "").replace("_", " ")
+    return f"{subject} {key}: {get('value')}" if key else f"{subject}: {get('value')}"
 
 
 def memory_document(row: Row) -> tuple[str, str]:

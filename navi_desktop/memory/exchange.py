@@ -39,6 +39,7 @@ _FIELDS = (
     "valid_from",
     "valid_to",
     "superseded_by",
+    "review_reason",
 )
 
 
@@ -230,8 +231,8 @@ class ExchangeOps:
         new_id = await self.db.execute(
             "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
             " confidence, session_id, status, pinned, strength, mentions, created_at, updated_at,"
-            " last_used_at, valid_from, valid_to)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " last_used_at, valid_from, valid_to, review_reason)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item["kind"],
                 item.get("category"),
@@ -252,6 +253,7 @@ class ExchangeOps:
                 item.get("last_used_at"),
                 item.get("valid_from") or created,
                 item.get("valid_to"),
+                item.get("review_reason"),
             ),
         )
         for h in item.get("history") or []:

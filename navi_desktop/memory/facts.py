@@ -14,6 +14,8 @@ from navi_desktop.memory.textproc import normalize, normalize_key
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
+# A held memory with this reason is committed when the same fact comes up again.
+AWAITING_REPEAT = "uncertain: kept until it comes up again"
 EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence")
 _SNAPSHOT = (
     "kind",
@@ -47,6 +49,7 @@ class NewMemory:
     message_to: int | None = None
     status: str = "active"
     pinned: bool = False
+    review_reason: str | None = None  # why a held memory waits (shown in the review inbox)
     at: str | None = None
 
     def check(self) -> None:
@@ -161,15 +164,7 @@ class FactOps:
             )
         current = await self._current_match(item.kind, norm_key, value)
         if current is not None and normalize(current["value"]) == normalize(value):
-            await self.db.execute(
-                "UPDATE memories SET mentions = mentions + 1, strength = 1.0,"
-                " confidence = max(confidence, ?), updated_at = ? WHERE id = ?",
-                (item.confidence, now_iso(), current["id"]),
-            )
-            await self._history(
-                current["id"], "strengthen", actor, new={"mentions": current["mentions"] + 1}
-            )
-            return WriteResult("strengthened", Memory.from_row(await self._row(current["id"])))
+            return await self._strengthen(current, item.confidence, actor)
         new_id = await self._insert(item, value, norm_key, actor)
         if current is not None:
             await self._supersede(current["id"], new_id, actor)
@@ -177,6 +172,32 @@ class FactOps:
                 "superseded", Memory.from_row(await self._row(new_id)), replaced=current["id"]
             )
         return WriteResult("added", Memory.from_row(await self._row(new_id)))
+
+    async def _strengthen(
+        self: MemoryStore, row: Any, confidence: float, actor: str
+    ) -> WriteResult:
+        """The same memory again: more mentions, full strength; a candidate that was waiting
+        for a repetition becomes active."""
+        promote = row["status"] == "held" and row["review_reason"] == AWAITING_REPEAT
+        await self.db.execute(
+            "UPDATE memories SET mentions = mentions + 1, strength = 1.0,"
+            " confidence = max(confidence, ?), updated_at = ?,"
+            " status = CASE WHEN ? THEN 'active' ELSE status END,"
+            " review_reason = CASE WHEN ? THEN NULL ELSE review_reason END WHERE id = ?",
+            (confidence, now_iso(), promote, promote, row["id"]),
+        )
+        new: dict[str, Any] = {"mentions": row["mentions"] + 1}
+        if promote:
+            new["status"] = "active"
+            await self._mark_profile_stale()
+        await self._history(row["id"], "strengthen", actor, new=new)
+        return WriteResult("strengthened", Memory.from_row(await self._row(row["id"])))
+
+    async def strengthen(
+        self: MemoryStore, memory_id: int, *, confidence: float = 0.0, actor: str = "extraction"
+    ) -> WriteResult:
+        async with self.db.transaction():
+            return await self._strengthen(await self._row(memory_id), confidence, actor)
 
     async def _current_match(
         self: MemoryStore, kind: str, norm_key: str | None, value: str
@@ -208,7 +229,8 @@ class FactOps:
         new_id = await self.db.execute(
             "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
             " confidence, session_id, message_from, message_to, status, pinned, created_at,"
-            " updated_at, valid_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " updated_at, valid_from, review_reason)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item.kind,
                 item.category,
@@ -227,6 +249,7 @@ class FactOps:
                 at,
                 now,
                 at,
+                item.review_reason if item.status == "held" else None,
             ),
         )
         row = await self._row(new_id)
@@ -385,4 +408,6 @@ class FactOps:
 
     async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
         """A held candidate reviewed and kept."""
-        return await self._set_state(memory_id, "accept", actor, "status = 'active'", ("held",))
+        return await self._set_state(
+            memory_id, "accept", actor, "status = 'active', review_reason = NULL", ("held",)
+        )

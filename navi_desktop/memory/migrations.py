@@ -210,12 +210,18 @@ async def m0005_injection_ledger(db: Database) -> None:
     )
 
 
+async def m0006_review_reason(db: Database) -> None:
+    # Why a memory waits in the review inbox (sensitive, uncertain, needs repetition).
+    await db.execute("ALTER TABLE memories ADD COLUMN review_reason TEXT")
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
     ("0003_embeddings", m0003_embeddings),
     ("0004_entities", m0004_entities),
     ("0005_injection_ledger", m0005_injection_ledger),
+    ("0006_review_reason", m0006_review_reason),
 ]
 
 

@@ -36,6 +36,7 @@ class Memory:
     valid_from: str
     valid_to: str | None
     superseded_by: int | None
+    review_reason: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Memory:
@@ -81,10 +82,13 @@ class Message:
     name: str | None
     content: str
     created_at: str
+    meta: dict[str, Any] | None = None  # tool calls, model, token counts
 
     @classmethod
     def from_row(cls, row: Any) -> Message:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        data = {name: row[name] for name in cls.__dataclass_fields__}
+        data["meta"] = json.loads(data["meta"]) if data["meta"] else None
+        return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

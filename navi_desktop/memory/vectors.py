@@ -1,13 +1,15 @@
-"""Vector search: a 1-bit coarse scan held in memory, then exact cosine re-rank in SQLite.
+"""Vector search: a 1-bit coarse scan held in memory, then exact cosine re-rank.
 
 Each embedding row stores the float32 vector (sqlite-vec's format) and its sign bits
-(``vec_quantize_binary`` layout). Scanning 1-bit codes with numpy's popcount costs ~4 ms at
+(``vec_quantize_binary`` layout). Scanning 1-bit codes with numpy's popcount costs ~1 ms at
 100k vectors for any candidate count, where sqlite-vec's own ``bit[]`` KNN grows with k
-(~21 ms at k=100); the re-rank of the candidates runs ``vec_distance_cosine`` on the floats.
+(~21 ms at k=100); the candidates' float vectors are then read from SQLite and re-ranked by
+exact cosine similarity (search.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,13 +24,18 @@ def sign_bits(vectors: np.ndarray) -> np.ndarray:
 
 @dataclass
 class BitIndex:
-    """In-memory copy of one model's sign bits; the database stays the source of truth."""
+    """In-memory copy of one model's sign bits; the database stays the source of truth.
+
+    Codes are held word-major, shape (words, n): the Hamming scan is then one XOR and popcount
+    over a contiguous row per 64-bit word, summed into a small integer array, which is ~4x
+    faster than reducing an (n, words) array along its short axis (~1 ms vs ~4 ms at 100k).
+    """
 
     model: str
     dim: int
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
-    codes: np.ndarray | None = None  # (n, dim/64) uint64
+    codes: np.ndarray | None = None  # (dim/64, n) uint64
     _pending: list[tuple[int, int, bytes]] = field(default_factory=list)
     _removed: set[int] = field(default_factory=set)
 
@@ -40,47 +47,72 @@ class BitIndex:
     def words(self) -> int:
         return (self.dim + 63) // 64
 
-    def _as_words(self, raw: bytes) -> np.ndarray:
-        buf = np.zeros(self.words * 8, dtype=np.uint8)
-        buf[: len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-        return buf.view(np.uint64)
+    def _as_words(self, raw: Sequence[bytes]) -> np.ndarray:
+        """Codes as (words, len(raw)) uint64, zero-padded to whole words."""
+        width = self.words * 8
+        buf = np.zeros((len(raw), width), dtype=np.uint8)
+        if raw and all(len(r) == width for r in raw):  # the usual case: one copy for all
+            buf[:] = np.frombuffer(b"".join(raw), dtype=np.uint8).reshape(len(raw), width)
+        else:
+            for i, r in enumerate(raw):
+                buf[i, : len(r)] = np.frombuffer(r, dtype=np.uint8)
+        return np.ascontiguousarray(buf.view(np.uint64).T)
 
     def add(self, embedding_id: int, owner: int, bits: bytes) -> None:
         # Appends are batched: rebuilding the arrays per insert would be quadratic.
         self._pending.append((embedding_id, owner, bits))
 
+    def extend(self, ids: Sequence[int], owners: Sequence[int], bits: Sequence[bytes]) -> None:
+        """Add many codes at once (loading a whole index)."""
+        self._flush()
+        if not ids:
+            return
+        self._append(
+            np.asarray(ids, dtype=np.int64), np.asarray(owners, dtype=np.int8), self._as_words(bits)
+        )
+
     def remove(self, embedding_ids: set[int]) -> None:
         if embedding_ids:
             self._removed |= embedding_ids
 
+    def _append(self, ids: np.ndarray, owners: np.ndarray, codes: np.ndarray) -> None:
+        self.ids = np.concatenate([self.ids, ids])
+        self.owners = np.concatenate([self.owners, owners])
+        self.codes = (
+            codes
+            if self.codes is None or self.codes.size == 0  # dim may be set after creation
+            else np.concatenate([self.codes, codes], axis=1)
+        )
+
     def _flush(self) -> None:
         if self._pending:
-            new_ids = np.fromiter((p[0] for p in self._pending), dtype=np.int64)
-            new_owners = np.fromiter((p[1] for p in self._pending), dtype=np.int8)
-            new_codes = np.stack([self._as_words(p[2]) for p in self._pending])
-            self._pending.clear()
-            self.ids = np.concatenate([self.ids, new_ids])
-            self.owners = np.concatenate([self.owners, new_owners])
-            self.codes = (
-                new_codes if self.codes is None else np.concatenate([self.codes, new_codes])
+            pending, self._pending = self._pending, []
+            self._append(
+                np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)),
+                np.fromiter((p[1] for p in pending), dtype=np.int8, count=len(pending)),
+                self._as_words([p[2] for p in pending]),
             )
         if self._removed:
             keep = ~np.isin(self.ids, np.fromiter(self._removed, dtype=np.int64))
             self._removed.clear()
             self.ids, self.owners = self.ids[keep], self.owners[keep]
             if self.codes is not None:
-                self.codes = self.codes[keep]
+                self.codes = self.codes[:, keep]
 
     def candidates(self, query_bits: bytes, k: int, owner: int | None = None) -> list[int]:
         """Embedding ids of the k codes nearest in Hamming distance (optionally one owner type)."""
         self._flush()
         if self.codes is None or len(self.ids) == 0:
             return []
-        q = self._as_words(query_bits)
-        dist = np.bitwise_count(self.codes ^ q).sum(axis=1, dtype=np.int32)
+        q = self._as_words([query_bits])[:, 0]
+        # Distances fit uint16 (at most dim bits); the top value marks other owners' codes.
+        dist = np.zeros(len(self.ids), dtype=np.uint16)
+        for word, q_word in zip(self.codes, q, strict=True):
+            dist += np.bitwise_count(word ^ q_word)
         if owner is not None:
-            dist = np.where(self.owners == owner, dist, np.iinfo(np.int32).max)
-            k = min(k, int((self.owners == owner).sum()))
+            other = self.owners != owner
+            dist[other] = np.iinfo(np.uint16).max
+            k = min(k, len(self.ids) - int(other.sum()))
         if k <= 0:
             return []
         top = np.argpartition(dist, k - 1)[:k] if k < len(dist) else np.arange(len(dist))

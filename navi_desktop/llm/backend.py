@@ -1,0 +1,528 @@
+"""Ollama behind one small async class; the only module in Navi that imports ``ollama``.
+
+Every call has a limit: the HTTP client gets connect and read timeouts, non-streamed calls
+run under an overall deadline, and streams under a first-token deadline and a per-chunk one.
+Every failure leaves as a :class:`~navi_desktop.llm.errors.LLMError` whose message says
+what to do; nothing from ``ollama`` or ``httpx`` leaks to callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import aclosing
+from dataclasses import replace
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import ollama
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.llm.errors import (
+    InvalidModelOutput,
+    LLMError,
+    ModelMissing,
+    OllamaError,
+    OllamaTimeout,
+    OllamaUnreachable,
+    ToolLoopLimit,
+    ToolsUnsupported,
+    one_line,
+)
+from navi_desktop.llm.schema import schema_error
+from navi_desktop.llm.types import (
+    ChatEvent,
+    ContentDelta,
+    Done,
+    Embeddings,
+    Health,
+    ModelInfo,
+    PullProgress,
+    ThinkingDelta,
+    ToolCall,
+    ToolCallsRequested,
+    ToolResult,
+    resolve_host,
+)
+
+T = TypeVar("T")
+ChatMessage = Mapping[str, Any]
+ToolSpec = Mapping[str, Any] | Callable[..., Any]
+CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
+
+
+class OllamaBackend:
+    """Chat, structured output, embeddings and model management against one Ollama server.
+
+    ``timeout``: the longest a non-streamed call (JSON completion, one embedding batch) may take,
+    and by default the longest wait for a stream's first token (which includes loading the
+    model). ``chunk_timeout``: the longest pause between two streamed chunks.
+    ``probe_timeout``: version, model list and model info, which should answer at once.
+    """
+
+    def __init__(
+        self,
+        host: str | None = None,
+        *,
+        timeout: float = 120.0,
+        connect_timeout: float = 5.0,
+        first_token_timeout: float | None = None,
+        chunk_timeout: float = 60.0,
+        probe_timeout: float = 10.0,
+        embed_batch_size: int = 64,
+        keep_alive: float | str | None = None,
+    ) -> None:
+        self.host = resolve_host(host)
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.first_token_timeout = timeout if first_token_timeout is None else first_token_timeout
+        self.chunk_timeout = chunk_timeout
+        self.probe_timeout = probe_timeout
+        self.embed_batch_size = max(1, embed_batch_size)
+        self.keep_alive = keep_alive
+        self.embedding_dims: dict[str, int] = {}
+        self._capabilities: dict[str, frozenset[str]] = {}
+        read = max(timeout, self.first_token_timeout, chunk_timeout, probe_timeout)
+        http_timeout = httpx.Timeout(read, connect=connect_timeout)
+        self._client = ollama.AsyncClient(host=self.host, timeout=http_timeout)
+        # The client's own httpx client (same pool and timeouts) serves /api/version, which
+        # ``ollama`` has no method for; fall back to a separate one should that attribute go.
+        http = getattr(self._client, "_client", None)
+        self._own_http = not isinstance(http, httpx.AsyncClient)
+        self._http: httpx.AsyncClient = (
+            httpx.AsyncClient(base_url=self.host, timeout=http_timeout) if self._own_http else http
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+        if self._own_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> OllamaBackend:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ---- server and models ------------------------------------------------------------------
+
+    async def version(self) -> str:
+        """The server's version (GET /api/version)."""
+
+        async def get() -> str:
+            response = await self._http.get("/api/version")
+            response.raise_for_status()
+            data = response.json()
+            if not isinstance(data, dict) or not isinstance(data.get("version"), str):
+                raise OllamaError(f"{self.host} does not look like an Ollama server")
+            return data["version"]
+
+        return await self._call("the version check", None, self.probe_timeout, get)
+
+    async def health(self) -> Health:
+        """A connection test that never raises: ``error`` holds the one-line reason."""
+        try:
+            version = await self.version()
+        except LLMError as exc:
+            return Health(reachable=False, host=self.host, error=str(exc))
+        return Health(reachable=True, host=self.host, version=version)
+
+    async def models(self) -> list[ModelInfo]:
+        """The installed models, as ``ollama list`` shows them."""
+        listing = await self._call("listing models", None, self.probe_timeout, self._client.list)
+        out = []
+        for m in listing.models:
+            details = m.details
+            out.append(
+                ModelInfo(
+                    name=m.model or "",
+                    size=int(m.size or 0),
+                    digest=m.digest or "",
+                    family=details.family if details else None,
+                    parameter_size=details.parameter_size if details else None,
+                    quantization=details.quantization_level if details else None,
+                )
+            )
+        return out
+
+    async def capabilities(self, model: str) -> frozenset[str]:
+        """What the model can do ("completion", "tools", "thinking", "embedding", "vision"…),
+        from /api/show; cached per model. Empty when the server does not report them."""
+        _need_model(model)
+        if (cached := self._capabilities.get(model)) is not None:
+            return cached
+        shown = await self._call(
+            f"looking up '{model}'", model, self.probe_timeout, lambda: self._client.show(model)
+        )
+        caps = frozenset(shown.capabilities or ())
+        self._capabilities[model] = caps
+        return caps
+
+    async def supports_tools(self, model: str) -> bool:
+        return "tools" in await self.capabilities(model)
+
+    def forget_capabilities(self, model: str | None = None) -> None:
+        """Drop cached capabilities (all, or one model's), e.g. after a model was re-pulled."""
+        if model is None:
+            self._capabilities.clear()
+        else:
+            self._capabilities.pop(model, None)
+
+    async def pull(self, model: str) -> AsyncIterator[PullProgress]:
+        """Download a model, yielding progress lines until "success"."""
+        _need_model(model)
+        operation = f"the pull of '{model}'"
+        start = lambda: self._client.pull(model, stream=True)  # noqa: E731
+        async with aclosing(self._stream(operation, None, start)) as parts:
+            async for part in parts:
+                yield PullProgress(part.status or "", part.completed, part.total, part.digest)
+        self.forget_capabilities(model)
+
+    # ---- chat ---------------------------------------------------------------------------------
+
+    async def chat_stream(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None = None,
+        think: bool | str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatEvent]:
+        """Stream one reply as events, ending with :class:`Done`.
+
+        Closing the iterator (``aclose()``, ``aclosing``) or cancelling the consuming task
+        closes the HTTP stream at once, which makes Ollama stop generating.
+        """
+        _need_model(model)
+        operation = f"the chat with '{model}'"
+
+        def start() -> Awaitable[AsyncGenerator[ollama.ChatResponse, None]]:
+            return self._client.chat(
+                model=model,
+                messages=list(messages),
+                tools=list(tools) if tools else None,
+                think=think,
+                options=options,
+                keep_alive=self.keep_alive,
+                stream=True,
+            )
+
+        content: list[str] = []
+        thinking: list[str] = []
+        calls: list[ToolCall] = []
+        async with aclosing(self._stream(operation, model, start)) as parts:
+            async for part in parts:
+                message = part.message
+                if message.thinking:
+                    thinking.append(message.thinking)
+                    yield ThinkingDelta(message.thinking)
+                if message.content:
+                    content.append(message.content)
+                    yield ContentDelta(message.content)
+                if message.tool_calls:
+                    new = tuple(
+                        ToolCall(c.function.name, dict(c.function.arguments or {}))
+                        for c in message.tool_calls
+                    )
+                    calls.extend(new)
+                    yield ToolCallsRequested(new)
+                if part.done:
+                    yield Done(
+                        model=part.model or model,
+                        done_reason=part.done_reason,
+                        prompt_eval_count=part.prompt_eval_count,
+                        eval_count=part.eval_count,
+                        total_duration=part.total_duration,
+                        load_duration=part.load_duration,
+                        prompt_eval_duration=part.prompt_eval_duration,
+                        eval_duration=part.eval_duration,
+                        content="".join(content),
+                        thinking="".join(thinking),
+                        tool_calls=tuple(calls),
+                    )
+                    return
+        raise OllamaError(f"Ollama at {self.host} ended {operation} before the reply was done")
+
+    async def chat_with_tools(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec],
+        call_tool: CallTool,
+        *,
+        max_rounds: int = 5,
+        think: bool | str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> AsyncIterator[ChatEvent]:
+        """The tool loop: stream a reply; while it asks for tools, run ``call_tool(name, args)``
+        for each call, send the results back and stream the next reply.
+
+        Yields every round's events, a :class:`ToolResult` per call, and every round's
+        :class:`Done` (``final=False`` for rounds that ended in tool calls). A tool that raises
+        is reported to the model as ``error: ...`` so it can recover. A model still calling
+        tools in round ``max_rounds`` raises :class:`ToolLoopLimit`; a model without tool
+        support raises :class:`ToolsUnsupported` before anything is yielded.
+        """
+        history = list(messages)
+        for round_no in range(1, max_rounds + 1):
+            done: Done | None = None
+            stream = self.chat_stream(model, history, tools=tools, think=think, options=options)
+            async with aclosing(stream) as events:
+                async for event in events:
+                    if isinstance(event, Done):
+                        done = event
+                    else:
+                        yield event
+            assert done is not None  # chat_stream raises rather than end without one
+            if not done.tool_calls:
+                yield done
+                return
+            yield replace(done, final=False)
+            if round_no == max_rounds:
+                break
+            assistant: dict[str, Any] = {
+                "role": "assistant",
+                "content": done.content,
+                "tool_calls": [
+                    {"function": {"name": c.name, "arguments": c.arguments}}
+                    for c in done.tool_calls
+                ],
+            }
+            if done.thinking:
+                assistant["thinking"] = done.thinking
+            history.append(assistant)
+            for call in done.tool_calls:
+                result = await _run_tool(call_tool, call)
+                yield result
+                history.append({"role": "tool", "tool_name": call.name, "content": result.content})
+        raise ToolLoopLimit(model, max_rounds)
+
+    async def complete_json(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        options: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """One non-streamed reply constrained to ``schema`` (Ollama's ``format``), parsed.
+
+        Raises :class:`InvalidModelOutput` when the text is not JSON or does not match.
+        """
+        _need_model(model)
+        response = await self._call(
+            f"the JSON completion with '{model}'",
+            model,
+            self.timeout,
+            lambda: self._client.chat(
+                model=model,
+                messages=list(messages),
+                format=schema,
+                options=options,
+                keep_alive=self.keep_alive,
+                stream=False,
+            ),
+        )
+        text = response.message.content or ""
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            if response.done_reason == "length":
+                problem = "JSON cut off at the output-token limit"
+            else:
+                problem = f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
+            raise InvalidModelOutput(model, problem, text) from None
+        if problem := schema_error(value, schema):
+            raise InvalidModelOutput(model, f"JSON that does not match the schema: {problem}", text)
+        return value
+
+    # ---- embeddings ---------------------------------------------------------------------------
+
+    async def embed(
+        self, model: str, texts: Sequence[str], *, batch_size: int | None = None
+    ) -> Embeddings:
+        """Vectors for ``texts``, one request per batch; the dimension is recorded per model
+        in ``embedding_dims``."""
+        _need_model(model)
+        texts = list(texts)
+        size = max(1, batch_size or self.embed_batch_size)
+        operation = f"embedding with '{model}'"
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), size):
+            batch = texts[start : start + size]
+            response = await self._call(
+                operation,
+                model,
+                self.timeout,
+                lambda batch=batch: self._client.embed(
+                    model=model, input=batch, keep_alive=self.keep_alive
+                ),
+            )
+            if len(response.embeddings) != len(batch):
+                raise OllamaError(
+                    f"Ollama returned {len(response.embeddings)} vectors for {len(batch)} texts"
+                    f" during {operation}"
+                )
+            vectors.extend(list(v) for v in response.embeddings)
+        dims = {len(v) for v in vectors}
+        if len(dims) > 1:
+            raise OllamaError(f"Ollama returned vectors of sizes {sorted(dims)} during {operation}")
+        dim = dims.pop() if dims else self.embedding_dims.get(model, 0)
+        if vectors:
+            self.embedding_dims[model] = dim
+        return Embeddings(model=model, dim=dim, vectors=vectors)
+
+    async def embed_fn(self, model: str, texts: list[str]) -> list[list[float]]:
+        """``embed_fn(model, texts) -> vectors`` as :class:`OllamaEmbedder` expects it."""
+        return (await self.embed(model, texts)).vectors
+
+    # ---- plumbing -----------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        operation: str,
+        model: str | None,
+        seconds: float,
+        make: Callable[[], Awaitable[T]],
+    ) -> T:
+        """Run one non-streamed request under a deadline, translating errors."""
+        with _Translate(self, operation, model, seconds):
+            async with asyncio.timeout(seconds):
+                return await make()
+
+    async def _stream(
+        self,
+        operation: str,
+        model: str | None,
+        start: Callable[[], Awaitable[AsyncGenerator[T, None]]],
+    ) -> AsyncGenerator[T, None]:
+        """Items of a streamed request, with a first-item and a per-item deadline.
+
+        The request is sent at the first ``anext``; on close, cancel or error, the client's
+        generator is closed, which closes the response and its connection.
+        """
+        with _Translate(self, operation, model, self.first_token_timeout):
+            stream = await start()
+        try:
+            first = True
+            while True:
+                seconds = self.first_token_timeout if first else self.chunk_timeout
+                phase = "waiting for the first token" if first else "waiting for the next chunk"
+                with _Translate(self, f"{operation} ({phase})", model, seconds):
+                    try:
+                        async with asyncio.timeout(seconds):
+                            item = await anext(stream)
+                    except StopAsyncIteration:
+                        return
+                first = False
+                yield item
+        finally:
+            await stream.aclose()
+
+    def _translate(
+        self, exc: Exception, operation: str, model: str | None, seconds: float
+    ) -> LLMError | None:
+        host = self.host
+        if isinstance(exc, httpx.ConnectTimeout):
+            return OllamaUnreachable(host, f"no answer within {self.connect_timeout:g} s")
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            return OllamaTimeout(host, operation, seconds)
+        if isinstance(exc, ConnectionError | httpx.ConnectError):
+            return OllamaUnreachable(host, _connect_reason(exc))
+        if isinstance(exc, ollama.ResponseError):
+            return self._server_error(exc, operation, model)
+        if isinstance(exc, httpx.HTTPStatusError):
+            code = exc.response.status_code
+            return OllamaError(
+                f"{host} answered HTTP {code} to {operation} — is it an Ollama server?", code
+            )
+        if isinstance(exc, httpx.TransportError):
+            detail = one_line(str(exc) or type(exc).__name__, 120)
+            return OllamaError(
+                f"lost the connection to Ollama at {host} during {operation} ({detail})"
+                " — is it still running?"
+            )
+        if isinstance(exc, ValueError) and getattr(exc, "title", "Response").endswith("Response"):
+            # A reply that is not JSON or lacks required fields. (A pydantic error about any
+            # other model, e.g. Message, is the caller's own malformed input: a bug.)
+            detail = one_line(str(exc), 120)
+            return OllamaError(f"Ollama at {host} sent a malformed reply to {operation}: {detail}")
+        return None
+
+    def _server_error(
+        self, exc: ollama.ResponseError, operation: str, model: str | None
+    ) -> LLMError:
+        message = one_line(str(exc.error), 240)
+        lowered = message.lower()
+        status = exc.status_code
+        if model and "does not support tools" in lowered:
+            return ToolsUnsupported(model)
+        if model and status == 404 and "not found" in lowered and "model" in lowered:
+            return ModelMissing(model)
+        if status == -1:  # an {"error": ...} line in the middle of a stream
+            return OllamaError(f"Ollama failed during {operation}: {message}")
+        return OllamaError(f"Ollama refused {operation}: {message} (HTTP {status})", status)
+
+
+class _Translate:
+    """Turns client, HTTP and timeout exceptions into one-line :class:`LLMError` s."""
+
+    def __init__(
+        self, backend: OllamaBackend, operation: str, model: str | None, seconds: float
+    ) -> None:
+        self.backend = backend
+        self.operation = operation
+        self.model = model
+        self.seconds = seconds
+
+    def __enter__(self) -> _Translate:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if not isinstance(exc, Exception) or isinstance(exc, LLMError):
+            return False  # includes CancelledError and GeneratorExit: those pass untouched
+        mapped = self.backend._translate(exc, self.operation, self.model, self.seconds)
+        if mapped is None:
+            return False
+        raise mapped from exc
+
+
+def _need_model(model: str) -> None:
+    if not model or not model.strip():
+        raise InvalidInput("no Ollama model chosen — pick one in settings")
+
+
+def _connect_reason(exc: BaseException) -> str:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "unknown host name"
+    blob = " ".join(str(e) for e in chain).lower()
+    if "refused" in blob:
+        return "connection refused"
+    if any(s in blob for s in ("name or service", "nodename nor servname", "getaddrinfo")):
+        return "unknown host name"
+    if "unreachable" in blob:
+        return "network unreachable"
+    return "connection failed"
+
+
+async def _run_tool(call_tool: CallTool, call: ToolCall) -> ToolResult:
+    try:
+        raw = await call_tool(call.name, dict(call.arguments))
+    except Exception as exc:  # the model is told, and can recover or apologise
+        return ToolResult(call, f"error: {one_line(str(exc) or type(exc).__name__)}", True)
+    content = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
+    return ToolResult(call, content)

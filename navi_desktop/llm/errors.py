@@ -1,0 +1,113 @@
+"""Errors from talking to a local model, each one line that names the cause and the fix.
+
+Stdlib only: the TUI and the daemon protocol can import these without the ``ollama`` client.
+``kind`` is a stable machine-readable name for sending an error across the daemon socket.
+"""
+
+from __future__ import annotations
+
+from navi_desktop.errors import NaviError
+
+_START_HINT = "start it with `ollama serve`, or set the host in settings / OLLAMA_HOST"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """Collapse whitespace and cut ``text`` to ``limit`` characters (with an ellipsis)."""
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class LLMError(NaviError):
+    """Base class: anything that stopped a call to the local model server."""
+
+    kind = "llm_error"
+
+
+class OllamaUnreachable(LLMError):
+    """Nothing answers at the configured host (refused, unknown name, connect timeout)."""
+
+    kind = "ollama_unreachable"
+
+    def __init__(self, host: str, reason: str = "connection refused") -> None:
+        self.host = host
+        self.reason = reason
+        super().__init__(f"cannot reach Ollama at {host}: {reason} — {_START_HINT}")
+
+
+class ModelMissing(LLMError):
+    """The model is not installed on the server."""
+
+    kind = "model_missing"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        super().__init__(f"model '{model}' is not installed — run `ollama pull {model}`")
+
+
+class ToolsUnsupported(LLMError):
+    """The model cannot call tools; the caller chats without memory tools instead."""
+
+    kind = "tools_unsupported"
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        super().__init__(
+            f"model '{model}' cannot call tools — chatting without memory tools; "
+            "choose a model with tool support (e.g. qwen3, llama3.1) to use them"
+        )
+
+
+class OllamaTimeout(LLMError):
+    """The server took longer than the configured limit."""
+
+    kind = "ollama_timeout"
+
+    def __init__(self, host: str, operation: str, seconds: float) -> None:
+        self.host = host
+        self.operation = operation
+        self.seconds = seconds
+        super().__init__(
+            f"Ollama at {host} timed out after {seconds:g} s during {operation} — "
+            "the model may still be loading or the machine is busy; "
+            "try again, or raise the timeout in settings"
+        )
+
+
+class OllamaError(LLMError):
+    """Any other error the server reported; the message carries the server's own words."""
+
+    kind = "ollama_error"
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        self.status_code = status_code
+        super().__init__(one_line(message, 300))
+
+
+class InvalidModelOutput(LLMError):
+    """Structured output that does not parse as JSON or does not match the schema."""
+
+    kind = "invalid_model_output"
+
+    def __init__(self, model: str, problem: str, output: str) -> None:
+        self.model = model
+        self.problem = problem
+        self.output = output
+        excerpt = one_line(output, 80) or "(empty)"
+        super().__init__(
+            f"model '{model}' returned {one_line(problem, 120)}: {excerpt!r} — "
+            "try again, or choose a larger model"
+        )
+
+
+class ToolLoopLimit(LLMError):
+    """The model kept asking for tools past the round limit."""
+
+    kind = "tool_loop_limit"
+
+    def __init__(self, model: str, rounds: int) -> None:
+        self.model = model
+        self.rounds = rounds
+        super().__init__(
+            f"model '{model}' was still calling tools after {rounds} rounds — stopped; "
+            "rephrase the request, or raise the tool-round limit in settings"
+        )

@@ -1,0 +1,220 @@
+"""Session bookkeeping for the session-end seam: watermarks, pending state, summaries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.clock import now_iso, parse_iso
+from navi_desktop.memory.facts import NewMemory
+from navi_desktop.memory.models import Memory, Message, Session
+from navi_desktop.memory.textproc import normalize_key
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+
+MAX_ACTIVE_RULES = 20
+
+
+@dataclass(frozen=True)
+class SessionWrite:
+    """One reconciled candidate: ``add`` (or supersede by key), ``strengthen`` an existing
+    memory, or ``hold`` it for review without touching what is current."""
+
+    action: str
+    memory: NewMemory
+    target_id: int | None = None
+
+
+@dataclass
+class SessionCommit:
+    ids: dict[str, list[int]] = field(default_factory=dict)
+    summary_id: int | None = None
+    archived_rules: list[int] = field(default_factory=list)
+
+    @property
+    def facts_changed(self) -> bool:
+        return any(self.ids.get(k) for k in ("added", "superseded", "archived"))
+
+
+class SessionOps:
+    async def commit_session(
+        self: MemoryStore,
+        session_id: str,
+        upto_message_id: int,
+        writes: list[SessionWrite],
+        summary: str | None,
+        *,
+        first_message_id: int | None = None,
+        max_rules: int = MAX_ACTIVE_RULES,
+    ) -> SessionCommit:
+        """Everything a session end learned, in one transaction with the watermark: a crash
+        leaves either all of it or none (and the session is processed again)."""
+        result = SessionCommit()
+        for w in writes:
+            w.memory.check()
+        async with self.db.transaction():
+            for w in writes:
+                if w.action == "strengthen" and w.target_id is not None:
+                    row = await self._row(w.target_id)
+                    done = await self._strengthen(row, w.memory.confidence, "extraction")
+                elif w.action == "hold":
+                    norm_key = (
+                        normalize_key(w.memory.subject, w.memory.key) if w.memory.key else None
+                    )
+                    new_id = await self._insert(
+                        w.memory, w.memory.value.strip(), norm_key, "extraction"
+                    )
+                    result.ids.setdefault("held", []).append(new_id)
+                    continue
+                else:
+                    done = await self._upsert(w.memory, "extraction")
+                if done.memory is not None:
+                    result.ids.setdefault(done.action, []).append(done.memory.id)
+            if summary:
+                result.summary_id = await self._insert(
+                    NewMemory(
+                        value=summary,
+                        kind="episode",
+                        source="conversation",
+                        session_id=session_id,
+                        message_from=first_message_id,
+                        message_to=upto_message_id,
+                    ),
+                    summary.strip(),
+                    None,
+                    "extraction",
+                )
+            result.archived_rules = await self._cap_rules(max_rules)
+            await self.db.execute(
+                "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
+                " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
+                " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
+                " attempts = 0, next_attempt_at = NULL WHERE id = ?",
+                (upto_message_id, upto_message_id, now_iso(), session_id),
+            )
+        return result
+
+    async def _cap_rules(self: MemoryStore, max_rules: int) -> list[int]:
+        """Keep at most ``max_rules`` active rules: the oldest are archived, never dropped."""
+        rows = await self.db.fetchall(
+            "SELECT id FROM memories WHERE kind = 'rule' AND status = 'active'"
+            " ORDER BY updated_at DESC, id DESC LIMIT -1 OFFSET ?",
+            (max_rules,),
+        )
+        for row in rows:
+            await self.db.execute(
+                "UPDATE memories SET status = 'archived', updated_at = ? WHERE id = ?",
+                (now_iso(), row["id"]),
+            )
+            await self._history(
+                row["id"],
+                "archive",
+                "system",
+                old={"status": "active"},
+                new={"status": "archived", "reason": "rule limit"},
+            )
+        return [r["id"] for r in rows]
+
+    async def unprocessed_messages(self: MemoryStore, session_id: str) -> list[Message]:
+        """Messages after the session's watermark: what the next session-end must process."""
+        session = await self.get_session(session_id)
+        return await self.messages(session_id, after_id=session.processed_upto)
+
+    async def mark_processed(self: MemoryStore, session_id: str, upto_message_id: int) -> None:
+        """Move the watermark and end the session (a later message reopens it)."""
+        async with self.db.transaction():
+            changed = await self.db.execute(
+                "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
+                " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
+                " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
+                " attempts = 0, next_attempt_at = NULL WHERE id = ?",
+                (upto_message_id, upto_message_id, now_iso(), session_id),
+            )
+            if not changed:
+                raise InvalidInput(f"no session with id {session_id!r}")
+
+    async def mark_pending(
+        self: MemoryStore,
+        session_id: str,
+        reason: str,
+        *,
+        base_delay_s: float = 60.0,
+        max_delay_s: float = 6 * 3600.0,
+    ) -> Session:
+        """Processing failed: keep the session pending with its reason, retry with backoff."""
+        async with self.db.transaction():
+            attempts = await self.db.scalar(
+                "SELECT attempts FROM sessions WHERE id = ?", (session_id,)
+            )
+            if attempts is None:
+                raise InvalidInput(f"no session with id {session_id!r}")
+            delay = min(max_delay_s, base_delay_s * 2**attempts)
+            retry = (parse_iso(now_iso()) + timedelta(seconds=delay)).isoformat()
+            await self.db.execute(
+                "UPDATE sessions SET state = 'pending', pending_reason = ?,"
+                " attempts = attempts + 1, next_attempt_at = ? WHERE id = ?",
+                (reason[:500], retry.replace("+00:00", "Z"), session_id),
+            )
+        return await self.get_session(session_id)
+
+    async def sessions_to_process(
+        self: MemoryStore, *, idle_before: str | None = None, include_open: bool = False
+    ) -> list[Session]:
+        """Sessions with unprocessed messages that are due: pending ones whose retry time has
+        come, and open ones idle since ``idle_before`` (or every open one with ``include_open``)."""
+        now = now_iso()
+        async with self.db.reading():
+            rows = await self.db.fetchall(
+                "SELECT * FROM sessions s WHERE EXISTS (SELECT 1 FROM messages m"
+                " WHERE m.session_id = s.id AND m.id > s.processed_upto) AND ("
+                " (s.state = 'pending' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ?))"
+                " OR (s.state != 'pending' AND (? OR s.last_active_at <= ?)))"
+                " ORDER BY s.last_active_at",
+                (now, int(include_open), idle_before or ""),
+            )
+        return [Session.from_row(r) for r in rows]
+
+    async def pending_status(self: MemoryStore) -> tuple[int, str | None]:
+        """How many sessions wait for a retry, and the most recent reason."""
+        async with self.db.reading():
+            row = await self.db.fetchone(
+                "SELECT count(*), (SELECT pending_reason FROM sessions WHERE state = 'pending'"
+                " ORDER BY last_active_at DESC LIMIT 1) FROM sessions WHERE state = 'pending'"
+            )
+        return int(row[0]), row[1]
+
+    async def latest_summary(
+        self: MemoryStore, *, exclude_session: str | None = None
+    ) -> Memory | None:
+        async with self.db.reading():
+            row = await self.db.fetchone(
+                "SELECT * FROM memories WHERE kind = 'episode' AND status = 'active'"
+                " AND (session_id IS NULL OR session_id IS NOT ?)"
+                " ORDER BY created_at DESC, id DESC LIMIT 1",
+                (exclude_session,),
+            )
+        return Memory.from_row(row) if row else None
+
+    async def active_rules(self: MemoryStore) -> list[Memory]:
+        memories, _ = await self.list_memories(kind="rule", sort="created", limit=1000)
+        return memories
+
+    async def profile_summary(self: MemoryStore) -> tuple[str | None, bool]:
+        """The narrative summary of the user, and whether facts changed since it was written."""
+        async with self.db.reading():
+            rows = dict(
+                await self.db.fetchall(
+                    "SELECT key, value FROM meta WHERE key IN"
+                    " ('profile_summary', 'profile_summary_stale')"
+                )
+            )
+        return rows.get("profile_summary"), rows.get("profile_summary_stale") == "1"
+
+    async def set_profile_summary(self: MemoryStore, text: str) -> None:
+        async with self.db.transaction():
+            await self._set_meta("profile_summary", text)
+            await self._set_meta("profile_summary_stale", "0")
