@@ -1,0 +1,48 @@
+"""Incognito: a conversation that lives in memory only and writes nothing to disk.
+
+No message, session row, extraction, embedding, ledger row or timestamp is written. By
+default it does not read memory either; ``read_memory`` lets it read (never write).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.pipeline.context import ContextSettings, TurnContext, build_context
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+
+@dataclass
+class IncognitoSession:
+    read_memory: bool = False
+    id: str = field(default_factory=lambda: "incognito-" + uuid.uuid4().hex[:8])
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    async def context(
+        self,
+        store: MemoryStore | None,
+        user_text: str,
+        settings: ContextSettings | None = None,
+    ) -> TurnContext:
+        """The prompt for the next turn. Searching reads the store; nothing is recorded."""
+        return await build_context(
+            store if self.read_memory else None,
+            user_text=user_text,
+            history=self.history,
+            session_id=None,
+            first_turn=not self.history,
+            settings=settings,
+        )
+
+    def add_turn(self, user_text: str, reply: str) -> None:
+        self.history += [
+            {"role": "user", "content": user_text},
+            {"role": "assistant", "content": reply},
+        ]
+
+    def discard(self) -> None:
+        self.history.clear()
