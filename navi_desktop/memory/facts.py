@@ -202,18 +202,17 @@ class FactOps:
     async def _current_match(
         self: MemoryStore, kind: str, norm_key: str | None, value: str
     ) -> Any | None:
-        """The live memory this one would duplicate or replace: same key, else same text."""
+        """The live memory this one would duplicate or replace: one with the same key, or for
+        a memory without a key (rules, summaries), one with the same text."""
         if norm_key:
-            row = await self.db.fetchone(
+            return await self.db.fetchone(
                 "SELECT * FROM memories WHERE norm_key = ? AND kind = ?"
                 " AND status IN ('active', 'held') ORDER BY id DESC LIMIT 1",
                 (norm_key, kind),
             )
-            if row is not None:
-                return row
         candidates = await self.db.fetchall(
-            "SELECT * FROM memories WHERE kind = ? AND status IN ('active', 'held')"
-            " AND value = ? COLLATE NOCASE",
+            "SELECT * FROM memories WHERE norm_key IS NULL AND kind = ?"
+            " AND value = ? COLLATE NOCASE AND status IN ('active', 'held')",
             (kind, value),
         )
         for row in candidates:

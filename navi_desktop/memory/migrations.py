@@ -215,6 +215,14 @@ async def m0006_review_reason(db: Database) -> None:
     await db.execute("ALTER TABLE memories ADD COLUMN review_reason TEXT")
 
 
+async def m0007_unkeyed_value_index(db: Database) -> None:
+    # Duplicate checks for memories without a key look them up by text.
+    await db.execute(
+        "CREATE INDEX memories_unkeyed_by_value ON memories (kind, value COLLATE NOCASE)"
+        " WHERE norm_key IS NULL"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -222,6 +230,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0004_entities", m0004_entities),
     ("0005_injection_ledger", m0005_injection_ledger),
     ("0006_review_reason", m0006_review_reason),
+    ("0007_unkeyed_value_index", m0007_unkeyed_value_index),
 ]
 
 
