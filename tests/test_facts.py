@@ -139,3 +139,26 @@ async def test_versions_and_guards_on_changes(store):
     with pytest.raises(InvalidInput, match=f"#{v3.id} already holds user:city"):
         await store.edit(other.id, key="City")
     assert (await store.get(other.id)).key == "drink"
+
+
+async def test_a_held_candidate_never_blocks_replacing_the_current_value(store):
+    current = (await store.add_memory("Berlin", key="city")).memory
+    held = (
+        await store.add_memory("Rome", key="city", status="held", review_reason="uncertain")
+    ).memory
+    newer = await store.add_memory("Lisbon", key="city")
+    assert newer.action == "superseded" and newer.replaced == current.id
+    assert (await store.get(held.id)).status == "held"  # still waiting for review
+    again = await store.add_memory("rome", key="city")
+    assert again.action == "strengthened" and again.memory.id == held.id
+    active, _ = await store.list_memories(kind="fact")
+    assert [m.value for m in active] == ["Lisbon"]
+
+
+async def test_accepting_a_held_value_replaces_the_current_one(store):
+    current = (await store.add_memory("Berlin", key="city")).memory
+    held = (await store.add_memory("Lisbon", key="city", status="held")).memory
+    accepted = await store.accept(held.id)
+    assert accepted.status == "active"
+    old = await store.get(current.id)
+    assert old.status == "superseded" and old.superseded_by == held.id

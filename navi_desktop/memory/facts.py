@@ -166,7 +166,8 @@ class FactOps:
         if current is not None and normalize(current["value"]) == normalize(value):
             return await self._strengthen(current, item.confidence, actor)
         new_id = await self._insert(item, value, norm_key, actor)
-        if current is not None:
+        # A candidate held for review replaces nothing until it is accepted.
+        if current is not None and current["status"] == "active" and item.status == "active":
             await self._supersede(current["id"], new_id, actor)
             return WriteResult(
                 "superseded", Memory.from_row(await self._row(new_id)), replaced=current["id"]
@@ -205,11 +206,17 @@ class FactOps:
         """The live memory this one would duplicate or replace: one with the same key, or for
         a memory without a key (rules, summaries), one with the same text."""
         if norm_key:
-            return await self.db.fetchone(
+            rows = await self.db.fetchall(
                 "SELECT * FROM memories WHERE norm_key = ? AND kind = ?"
-                " AND status IN ('active', 'held') ORDER BY id DESC LIMIT 1",
+                " AND status IN ('active', 'held') ORDER BY status = 'active' DESC, id DESC",
                 (norm_key, kind),
             )
+            # The same value (even one held for review) is a repetition; otherwise the new
+            # value replaces the current one, and held candidates stay for the user to review.
+            for row in rows:
+                if normalize(row["value"]) == normalize(value):
+                    return row
+            return rows[0] if rows and rows[0]["status"] == "active" else None
         candidates = await self.db.fetchall(
             "SELECT * FROM memories WHERE norm_key IS NULL AND kind = ?"
             " AND value = ? COLLATE NOCASE AND status IN ('active', 'held')",
@@ -406,7 +413,31 @@ class FactOps:
         )
 
     async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
-        """A held candidate reviewed and kept."""
-        return await self._set_state(
-            memory_id, "accept", actor, "status = 'active', review_reason = NULL", ("held",)
+        """A held candidate reviewed and kept: it becomes the current value for its key."""
+        async with self.db.transaction():
+            row = await self._row(memory_id)
+            if row["status"] != "held":
+                raise InvalidInput(f"cannot accept memory {memory_id}: it is {row['status']}")
+            await self.db.execute(
+                "UPDATE memories SET status = 'active', review_reason = NULL, updated_at = ?"
+                " WHERE id = ?",
+                (now_iso(), memory_id),
+            )
+            await self._history(
+                memory_id, "accept", actor, old={"status": "held"}, new={"status": "active"}
+            )
+            await self._supersede_others(row)
+            await self._mark_profile_stale()
+        return await self.get(memory_id)
+
+    async def _supersede_others(self: MemoryStore, row: Any) -> None:
+        """One current value per key: ``row`` (just made active) replaces any other."""
+        if not row["norm_key"]:
+            return
+        others = await self.db.fetchall(
+            "SELECT id FROM memories WHERE kind = ? AND norm_key = ? AND status = 'active'"
+            " AND id != ?",
+            (row["kind"], row["norm_key"], row["id"]),
         )
+        for other in others:
+            await self._supersede(other["id"], row["id"], "extraction")

@@ -37,7 +37,7 @@ class SessionCommit:
 
     @property
     def facts_changed(self) -> bool:
-        return any(self.ids.get(k) for k in ("added", "superseded", "archived"))
+        return any(self.ids.get(k) for k in ("added", "superseded", "promoted"))
 
 
 class SessionOps:
@@ -61,6 +61,11 @@ class SessionOps:
                 if w.action == "strengthen" and w.target_id is not None:
                     row = await self._row(w.target_id)
                     done = await self._strengthen(row, w.memory.confidence, "extraction")
+                    if row["status"] == "held" and done.memory and done.memory.status == "active":
+                        # A candidate that waited for a repetition is now current: it replaces
+                        # the value it contradicted, and the profile is rewritten.
+                        result.ids.setdefault("promoted", []).append(done.memory.id)
+                        await self._supersede_others(row)
                 elif w.action == "hold":
                     norm_key = (
                         normalize_key(w.memory.subject, w.memory.key) if w.memory.key else None

@@ -35,7 +35,7 @@ class IncognitoSession:
             history=self.history,
             session_id=None,
             first_turn=not self.history,
-            settings=settings,
+            settings=settings or ContextSettings(),
         )
 
     def add_turn(self, user_text: str, reply: str) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from navi_desktop.memory.facts import AWAITING_REPEAT
 from navi_desktop.memory.textproc import jaccard, normalize, normalize_key
 from navi_desktop.pipeline.extraction import Extraction, FactCandidate, RuleCandidate
 from navi_desktop.pipeline.policy import Verdict, decide
@@ -98,6 +99,11 @@ async def _plan_fact(
     if same_key is not None:
         if await _same(store, same_key["value"], fact.value, sim):
             return Planned("strengthen", "fact", fact, "already known", same_key["id"])
+        if decision.verdict in (Verdict.COMMIT, Verdict.REPEAT):
+            # A new value held until it came up again: this is that repetition.
+            for row in await _waiting_by_key(store, normalize_key(fact.subject, fact.key)):
+                if await _same(store, row["value"], fact.value, sim):
+                    return Planned("strengthen", "fact", fact, "came up again", row["id"])
         if decision.verdict is Verdict.COMMIT:
             return Planned("supersede", "fact", fact, "new value for a known fact", same_key["id"])
         return Planned(decision.verdict.value, "fact", fact, decision.reason)
@@ -145,4 +151,13 @@ async def _current_by_key(store: MemoryStore, norm_key: str) -> Any:
             "SELECT * FROM memories WHERE kind = 'fact' AND norm_key = ? AND status = 'active'"
             " ORDER BY id DESC LIMIT 1",
             (norm_key,),
+        )
+
+
+async def _waiting_by_key(store: MemoryStore, norm_key: str) -> list[Any]:
+    async with store.db.reading():
+        return await store.db.fetchall(
+            "SELECT * FROM memories WHERE kind = 'fact' AND norm_key = ? AND status = 'held'"
+            " AND review_reason = ? ORDER BY id DESC",
+            (norm_key, AWAITING_REPEAT),
         )

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 # What can go wrong talking to a model; anything else is a bug and is raised.
-RETRYABLE = (NaviError, OSError, TimeoutError, ValueError)
+RETRYABLE = (NaviError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True)

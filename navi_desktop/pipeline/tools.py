@@ -78,7 +78,7 @@ class MemoryTools:
             return _json({"error": f"unknown tool {name!r}"})
         try:
             return _json(await handler(**arguments))
-        except TypeError as exc:
+        except (TypeError, ValueError) as exc:  # missing/unknown names, or e.g. int("many")
             return _json({"error": f"bad arguments for {name}: {exc}"})
         except NaviError as exc:
             return _json({"error": str(exc)})
