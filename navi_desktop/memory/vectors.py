@@ -105,13 +105,15 @@ class BitIndex:
         if self.codes is None or len(self.ids) == 0:
             return []
         q = self._as_words([query_bits])[:, 0]
-        # Distances fit uint16 (at most dim bits); the top value marks other owners' codes.
-        dist = np.zeros(len(self.ids), dtype=np.uint16)
+        acc = np.zeros(len(self.ids), dtype=np.uint16)  # at most dim bits differ
         for word, q_word in zip(self.codes, q, strict=True):
-            dist += np.bitwise_count(word ^ q_word)
+            acc += np.bitwise_count(word ^ q_word)
+        # int32 for the selection: argpartition is faster on it than on uint16, and it picks
+        # the same codes among equal distances as before the word-major layout.
+        dist = acc.astype(np.int32)
         if owner is not None:
             other = self.owners != owner
-            dist[other] = np.iinfo(np.uint16).max
+            dist[other] = np.iinfo(np.int32).max
             k = min(k, len(self.ids) - int(other.sum()))
         if k <= 0:
             return []
