@@ -80,11 +80,19 @@ def _connector(path: Path) -> sqlean.Connection:
 class Database:
     """One aiosqlite connection and a lock: a batch of writes is one uninterrupted transaction."""
 
+    # Commits between checkpoints. SQLite's own auto-checkpoint runs inside the COMMIT that
+    # crosses its threshold, stalling that write for milliseconds; ours runs on another
+    # connection in a thread, so no write waits for it (PASSIVE never blocks writers).
+    CHECKPOINT_EVERY = 200
+
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
         self.lock = asyncio.Lock()
         self._in_tx = False
+        self._commits = 0
+        self._checkpoint: asyncio.Task[None] | None = None
+        self._reader: aiosqlite.Connection | None = None
 
     @classmethod
     async def open(cls, path: Path, *, create: bool = True) -> Database:
@@ -104,9 +112,43 @@ class Database:
             path.chmod(0o600)
         conn = aiosqlite.Connection(lambda: _connector(path), iter_chunk_size=64)
         await conn
+        await conn.execute("PRAGMA wal_autocheckpoint = 0")
         return cls(conn, path)
 
+    async def reader(self) -> aiosqlite.Connection:
+        """A second, read-only connection: WAL lets it read while the main one writes, and
+        searches run part of their work on it in parallel."""
+        if self._reader is None:
+            reader = aiosqlite.Connection(lambda: _connector(self.path), iter_chunk_size=64)
+            await reader
+            await reader.execute("PRAGMA query_only = 1")
+            self._reader = reader
+        return self._reader
+
+    def _committed(self) -> None:
+        self._commits += 1
+        if self._commits >= self.CHECKPOINT_EVERY and (
+            self._checkpoint is None or self._checkpoint.done()
+        ):
+            self._commits = 0
+            self._checkpoint = asyncio.create_task(asyncio.to_thread(self._checkpoint_now))
+
+    def _checkpoint_now(self) -> None:
+        conn = sqlean.connect(str(self.path), isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 5000")
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlean.Error:
+            pass  # the next checkpoint or close() catches up
+        finally:
+            conn.close()
+
     async def close(self) -> None:
+        if self._checkpoint is not None:
+            await self._checkpoint
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
         async with self.lock:
             try:
                 await self.conn.execute("PRAGMA optimize")
@@ -128,6 +170,7 @@ class Database:
                 raise
             else:
                 await self.conn.execute("COMMIT")
+                self._committed()
             finally:
                 self._in_tx = False
 

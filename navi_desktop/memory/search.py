@@ -5,6 +5,7 @@ Search never writes: it is safe in incognito sessions that may read memory.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections import defaultdict
@@ -12,19 +13,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import aiosqlite
 import numpy as np
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import check_iso
 from navi_desktop.memory.documents import memory_text, message_text
 from navi_desktop.memory.models import CATEGORIES, KINDS, Memory, Message, SearchHit, Signal
-from navi_desktop.memory.textproc import fts_query, normalize, tokens
+from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 from navi_desktop.memory.vectors import MEMORY, MESSAGE, sign_bits
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
+PRUNE_FROM_ROWS = 5_000  # below this, BM25 scores every matching row (it takes < 5 ms)
 Key = tuple[str, int]  # ("memory" | "message", id)
 
 
@@ -111,6 +114,7 @@ def _cosine_ranked(
 class SearchOps:
     tuning: Tuning = Tuning()
     _links: tuple[tuple[int, int], int] | None = None  # (file stamp, count of entity_links)
+    _counts: dict[str, tuple[int, int]]  # table -> (reader's data_version, rows)
 
     async def search(
         self: MemoryStore,
@@ -133,13 +137,19 @@ class SearchOps:
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
         vector = await self._query_vector(query)
+        # BM25 is the costliest signal on a large profile: it runs on the read connection,
+        # in parallel with the other two on the main one (SQLite releases the GIL).
+        bm25 = asyncio.create_task(self._bm25(query, filters, await self.db.reader()))
+        try:
+            async with self.db.reading():
+                signals: dict[str, list[tuple[Key, float]]] = {
+                    "entity": await self._entities(query, filters),
+                }
+                if vector is not None:
+                    signals["vector"] = await self._knn(vector, filters)
+        finally:
+            signals["bm25"] = await bm25
         async with self.db.reading():
-            signals: dict[str, list[tuple[Key, float]]] = {
-                "bm25": await self._bm25(query, filters),
-                "entity": await self._entities(query, filters),
-            }
-            if vector is not None:
-                signals["vector"] = await self._knn(vector, filters)
             scores, detail = self._fuse(signals)
             if filters.kinds == ("message",):
                 await self._session_boost(scores, detail)
@@ -174,9 +184,11 @@ class SearchOps:
             log.warning("query embedding failed, searching text only: %s", exc)
             return None
 
-    async def _bm25(self: MemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
-        match = fts_query(query)
-        if match is None:
+    async def _bm25(
+        self: MemoryStore, query: str, f: Filters, conn: aiosqlite.Connection
+    ) -> list[tuple[Key, float]]:
+        terms = fts_terms(query)
+        if not terms:
             return []
         t = self.tuning
         hits: list[tuple[Key, float]] = []
@@ -188,13 +200,16 @@ class SearchOps:
         ):  # fmt: skip
             if not wanted:
                 continue
+            match = " OR ".join(await self._informative(conn, fts, table, terms))
             where, params = sql_of(alias)
             w = ", ".join(map(str, columns))
             ranked = (
                 f"SELECT rowid AS id, bm25({fts}, {w}) AS s FROM {fts} WHERE {fts} MATCH ?"
                 " ORDER BY s"
             )
-            rows = await self._top_filtered(ranked, (match,), table, alias, where, params, "r.s")
+            rows = await self._top_filtered(
+                ranked, (match,), table, alias, where, params, "r.s", conn
+            )
             hits += _ranked(rows, kind)
         hits.sort(key=lambda h: h[1])  # bm25(): lower is better
         return hits[: t.depth]
@@ -208,6 +223,7 @@ class SearchOps:
         where: str,
         params: Sequence[Any],
         order: str,
+        conn: aiosqlite.Connection | None = None,
     ) -> list[Any]:
         """The first ``depth`` rows of ``ranked`` (an ordered ``SELECT id, s``) that pass the
         filters: the same rows as filtering everything, then sorting.
@@ -223,10 +239,43 @@ class SearchOps:
             f"SELECT {alias}.id, r.s FROM ({ranked} LIMIT ?) r"
             f" JOIN {table} {alias} ON {alias}.id = r.id WHERE {where} ORDER BY {order} LIMIT ?"
         )
-        rows = await self.db.fetchall(query, (*ranked_params, prefix, *params, depth))
+        fetch = conn.execute_fetchall if conn is not None else self.db.fetchall
+        rows = list(await fetch(query, (*ranked_params, prefix, *params, depth)))
         if len(rows) < depth:
-            rows = await self.db.fetchall(query, (*ranked_params, -1, *params, depth))  # all
+            rows = list(await fetch(query, (*ranked_params, -1, *params, depth)))  # all
         return rows
+
+    async def _informative(
+        self: MemoryStore, conn: aiosqlite.Connection, fts: str, table: str, terms: list[str]
+    ) -> list[str]:
+        """The terms worth matching, as in Lucene's common-terms cutoff. BM25 costs ~1 µs per
+        matching row, and a word found in more than a tenth of a large profile's rows (a name
+        the user mentions everywhere, "name", "like") has a low IDF: it decides little of the
+        ranking while costing most of the time. Such words are dropped when the query has
+        rarer ones. Counting matches is ~25 times cheaper than scoring them, and stops at the
+        cutoff. Small profiles, where scoring everything is cheap, keep every term."""
+        rows = await self._row_count(conn, table)
+        if rows < PRUNE_FROM_ROWS or len(terms) < 2:
+            return terms
+        cutoff = rows // 10
+        kept = []
+        for term in terms:
+            found = await conn.execute_fetchall(
+                f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
+                (term, cutoff + 1),
+            )
+            if found[0][0] <= cutoff:
+                kept.append(term)
+        return kept or terms
+
+    async def _row_count(self: MemoryStore, conn: aiosqlite.Connection, table: str) -> int:
+        """Rows in ``table``, counted again only after a commit (seen by this connection)."""
+        stamp = (await conn.execute_fetchall("PRAGMA data_version"))[0][0]
+        cached = self._counts.get(table)
+        if cached is None or cached[0] != stamp:
+            count = (await conn.execute_fetchall(f"SELECT count(*) FROM {table}"))[0][0]
+            cached = self._counts[table] = (stamp, count)
+        return cached[1]
 
     async def _knn(self: MemoryStore, vector: Any, f: Filters) -> list[tuple[Key, float]]:
         index = await self._bit_index()

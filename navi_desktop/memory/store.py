@@ -44,6 +44,7 @@ class MemoryStore(
         self.embedder = embedder
         self._bits: BitIndex | None = None
         self._bits_version: int | None = None
+        self._counts = {}
 
     @classmethod
     async def open(

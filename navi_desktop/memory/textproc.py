@@ -78,6 +78,12 @@ def fts_query(text: str, *, drop_stopwords: bool = True) -> str | None:
     a run of CJK characters becomes a phrase so it matches as a substring.
     Returns None when nothing searchable is left.
     """
+    terms = fts_terms(text, drop_stopwords=drop_stopwords)
+    return " OR ".join(terms) if terms else None
+
+
+def fts_terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
+    """The quoted FTS5 terms of ``fts_query``, one per distinct word (or CJK run)."""
     normalized = unicodedata.normalize("NFKC", text).casefold()
     terms: list[str] = []
     seen: set[str] = set()
@@ -89,7 +95,7 @@ def fts_query(text: str, *, drop_stopwords: bool = True) -> str | None:
     if drop_stopwords:
         kept = [t for t in terms if t.strip('"') not in STOPWORDS]
         terms = kept or terms
-    return " OR ".join(terms) if terms else None
+    return terms
 
 
 # Capitalised words that start many sentences but name nothing.
