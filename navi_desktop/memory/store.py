@@ -161,12 +161,11 @@ class MemoryStore(
                 "SELECT * FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
             )
-            mid = await self.db.execute(
+            row = await self.db.fetchone(
                 "INSERT INTO messages (session_id, role, name, content, created_at, meta)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
                 (session_id, role, name, content, when, json.dumps(meta) if meta else None),
             )
-            row = await self.db.fetchone("SELECT * FROM messages WHERE id = ?", (mid,))
             await self._index_message(row, previous)
         return Message.from_row(row)
 
@@ -215,19 +214,19 @@ class MemoryStore(
         await self._drop_embeddings("memory_id", [memory_id])
 
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
-        for name in names:
-            norm = normalize(name)
-            if not norm:
-                continue
-            await self.db.execute(
-                "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING",
-                (name, norm),
-            )
-            await self.db.execute(
-                f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
-                " SELECT id, ? FROM entities WHERE norm = ?",
-                (owner_id, norm),
-            )
+        pairs = [(name, norm) for name in names if (norm := normalize(name))]
+        if not pairs:
+            return
+        # Two statements whatever the count: each round trip to the SQLite thread costs time
+        # on the hot path.
+        await self.db.executemany(
+            "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING", pairs
+        )
+        await self.db.executemany(
+            f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
+            " SELECT id, ? FROM entities WHERE norm = ?",
+            [(owner_id, norm) for _, norm in pairs],
+        )
 
     async def _drop_embeddings(self, column: str, owner_ids: list[int]) -> None:
         if not owner_ids:
