@@ -418,7 +418,7 @@ async def run(n: int, q: int, saves: int, recall_sample: int, home: Path | None)
         "index_load_ms": round(load_ms, 1),
         "vector_recall_at_10": round(recall, 3),
         "recall_sample": min(recall_sample, q),
-        "vector_candidates": max(4 * store.tuning.depth, 200),  # as search.py's _knn
+        "vector_candidates": store.tuning.rerank,  # read in full for the exact re-rank
         **{k: None if v is None else round(v, 1) for k, v in timings.items()},
         "embedder": f"{TopicEmbedder.model} (bag of random word vectors; query cost ~numpy sum)",
         "load_avg": [round(x, 2) for x in os.getloadavg()],
@@ -454,7 +454,7 @@ def main(argv: list[str] | None = None) -> None:
         f"message save:  p50 {result['save_ms_p50']} ms, p99 {result['save_ms_p99']} ms"
         f" over {result['saves']} saves\n"
         f"vector recall@10 vs brute force: {result['vector_recall_at_10']}"
-        f" ({result['recall_sample']} queries, {result['vector_candidates']} coarse candidates)\n"
+        f" ({result['recall_sample']} queries, {result['vector_candidates']} re-ranked candidates)\n"
         f"embedder: {result['embedder']}; load average {result['load_avg']}"
     )
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
-PRUNE_FROM_ROWS = 5_000  # below this, BM25 scores every matching row (it takes < 5 ms)
+# Rows BM25 may score per query (about 6 ms on a 2-core laptop-class CPU).
+BM25_ROW_BUDGET = 6_000
 Key = tuple[str, int]  # ("memory" | "message", id)
 
 
@@ -44,6 +45,7 @@ class Tuning:
         ("session", 1.0),
     )
     depth: int = 100  # candidates taken from each signal
+    rerank: int = 200  # vector candidates read in full for the exact cosine re-rank
     memory_columns: tuple[float, float] = (1.0, 0.5)  # text, evidence
     message_columns: tuple[float, float] = (1.0, 0.5)  # body, previous turn
 
@@ -248,25 +250,29 @@ class SearchOps:
     async def _informative(
         self: MemoryStore, conn: aiosqlite.Connection, fts: str, table: str, terms: list[str]
     ) -> list[str]:
-        """The terms worth matching, as in Lucene's common-terms cutoff. BM25 costs ~1 µs per
-        matching row, and a word found in more than a tenth of a large profile's rows (a name
-        the user mentions everywhere, "name", "like") has a low IDF: it decides little of the
-        ranking while costing most of the time. Such words are dropped when the query has
-        rarer ones. Counting matches is ~25 times cheaper than scoring them, and stops at the
-        cutoff. Small profiles, where scoring everything is cheap, keep every term."""
-        rows = await self._row_count(conn, table)
-        if rows < PRUNE_FROM_ROWS or len(terms) < 2:
+        """The terms worth matching, as in Lucene's common-terms query: rarest first, while
+        the rows they match stay within a budget. BM25 costs ~1 µs per matching row, and the
+        commonest words (a name the user mentions everywhere, "name", "like") have the lowest
+        IDF: they decide little of the ranking while costing most of the time. Counting
+        matches is ~25 times cheaper than scoring them, and stops at the budget. The rarest
+        term is always kept; a profile smaller than the budget keeps every term."""
+        if len(terms) < 2 or await self._row_count(conn, table) <= BM25_ROW_BUDGET:
             return terms
-        cutoff = rows // 10
-        kept = []
+        counts = []
         for term in terms:
             found = await conn.execute_fetchall(
                 f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
-                (term, cutoff + 1),
+                (term, BM25_ROW_BUDGET + 1),
             )
-            if found[0][0] <= cutoff:
-                kept.append(term)
-        return kept or terms
+            counts.append((found[0][0], term))
+        counts.sort()
+        kept, spent = [counts[0][1]], counts[0][0]
+        for count, term in counts[1:]:
+            if spent + count > BM25_ROW_BUDGET:
+                break
+            kept.append(term)
+            spent += count
+        return [t for t in terms if t in kept]  # in the query's order
 
     async def _row_count(self: MemoryStore, conn: aiosqlite.Connection, table: str) -> int:
         """Rows in ``table``, counted again only after a commit (seen by this connection)."""
@@ -282,7 +288,7 @@ class SearchOps:
         if index is None or len(index) == 0 or index.dim != len(vector):
             return []
         t = self.tuning
-        coarse = max(4 * t.depth, 200)  # 1-bit codes are rough: re-rank several times more
+        coarse = t.rerank
         query_bits = sign_bits(vector).tobytes()
         query = np.asarray(vector, dtype=np.float32)
         hits: list[tuple[Key, float]] = []
@@ -300,7 +306,7 @@ class SearchOps:
         ):
             if not wanted:
                 continue
-            ids = index.candidates(query_bits, coarse, owner)
+            ids = index.candidates(query_bits, coarse, owner, query)
             if not ids:
                 continue
             where, params = sql_of(alias)

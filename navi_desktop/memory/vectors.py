@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 MEMORY, MESSAGE = 0, 1
+ASYMMETRIC_SHORTLIST = 8  # Hamming shortlist size, as a multiple of the candidates wanted
 
 
 def sign_bits(vectors: np.ndarray) -> np.ndarray:
@@ -99,11 +100,32 @@ class BitIndex:
             if self.codes is not None:
                 self.codes = self.codes[:, keep]
 
-    def candidates(self, query_bits: bytes, k: int, owner: int | None = None) -> list[int]:
-        """Embedding ids of the k codes nearest in Hamming distance (optionally one owner type)."""
+    def candidates(
+        self, query_bits: bytes, k: int, owner: int | None = None, query: np.ndarray | None = None
+    ) -> list[int]:
+        """Embedding ids of the k codes nearest the query (optionally one owner type).
+
+        Hamming distance between sign codes picks a shortlist; with the float ``query``, the
+        shortlist is re-scored by the dot product of the query with each code's signs
+        (asymmetric distance: only the stored side is quantised), which orders candidates
+        far better than Hamming, so fewer full vectors need reading for the exact re-rank.
+        """
+        if query is not None:
+            shortlist = self._hamming(query_bits, ASYMMETRIC_SHORTLIST * k, owner)
+            if len(shortlist) <= k:
+                return self.ids[shortlist].tolist()
+            columns = self.codes[:, shortlist].T.copy().view(np.uint8)  # type: ignore[index]
+            signs = np.unpackbits(columns, axis=1, bitorder="little")[:, : len(query)]
+            score = signs.astype(np.float32) @ query  # = (q·sign + Σq) / 2: same order
+            best = np.argpartition(-score, k - 1)[:k]
+            return self.ids[shortlist[best]].tolist()
+        return self.ids[self._hamming(query_bits, k, owner)].tolist()
+
+    def _hamming(self, query_bits: bytes, k: int, owner: int | None) -> np.ndarray:
+        """Positions of the k codes nearest in Hamming distance."""
         self._flush()
         if self.codes is None or len(self.ids) == 0:
-            return []
+            return np.zeros(0, dtype=np.int64)
         q = self._as_words([query_bits])[:, 0]
         acc = np.zeros(len(self.ids), dtype=np.uint16)  # at most dim bits differ
         for word, q_word in zip(self.codes, q, strict=True):
@@ -116,6 +138,5 @@ class BitIndex:
             dist[other] = np.iinfo(np.int32).max
             k = min(k, len(self.ids) - int(other.sum()))
         if k <= 0:
-            return []
-        top = np.argpartition(dist, k - 1)[:k] if k < len(dist) else np.arange(len(dist))
-        return self.ids[top].tolist()
+            return np.zeros(0, dtype=np.int64)
+        return np.argpartition(dist, k - 1)[:k] if k < len(dist) else np.arange(len(dist))
