@@ -454,7 +454,8 @@ def main(argv: list[str] | None = None) -> None:
         f"message save:  p50 {result['save_ms_p50']} ms, p99 {result['save_ms_p99']} ms"
         f" over {result['saves']} saves\n"
         f"vector recall@10 vs brute force: {result['vector_recall_at_10']}"
-        f" ({result['recall_sample']} queries, {result['vector_candidates']} re-ranked candidates)\n"
+        f" ({result['recall_sample']} queries,"
+        f" {result['vector_candidates']} re-ranked candidates)\n"
         f"embedder: {result['embedder']}; load average {result['load_avg']}"
     )
 
