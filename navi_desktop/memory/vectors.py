@@ -112,7 +112,7 @@ class BitIndex:
         """
         if query is not None:
             shortlist = self._hamming(query_bits, ASYMMETRIC_SHORTLIST * k, owner)
-            if len(shortlist) <= k:
+            if len(shortlist) < ASYMMETRIC_SHORTLIST * k:  # a small index: re-rank it all
                 return self.ids[shortlist].tolist()
             columns = self.codes[:, shortlist].T.copy().view(np.uint8)  # type: ignore[index]
             signs = np.unpackbits(columns, axis=1, bitorder="little")[:, : len(query)]
