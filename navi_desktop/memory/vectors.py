@@ -3,8 +3,8 @@
 Each embedding row stores the float32 vector (sqlite-vec's format) and its sign bits
 (``vec_quantize_binary`` layout). Scanning 1-bit codes with numpy's popcount costs ~1 ms at
 100k vectors for any candidate count, where sqlite-vec's own ``bit[]`` KNN grows with k
-(~21 ms at k=100); the candidates' float vectors are then read from SQLite and re-ranked by
-exact cosine similarity (search.py).
+(~21 ms at k=100). The Hamming shortlist is re-scored against the float query, and the best
+candidates are re-ranked in SQL with sqlite-vec's ``vec_distance_cosine`` (search.py).
 """
 
 from __future__ import annotations
