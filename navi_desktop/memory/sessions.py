@@ -223,3 +223,55 @@ class SessionOps:
         async with self.db.transaction():
             await self._set_meta("profile_summary", text)
             await self._set_meta("profile_summary_stale", "0")
+
+
+class SessionAdminOps:
+    """Renaming, deleting and exporting whole sessions."""
+
+    async def rename_session(self: MemoryStore, session_id: str, title: str) -> Session:
+        title = title.strip()
+        if not title:
+            raise InvalidInput("a session title cannot be empty")
+        async with self.db.transaction():
+            if not await self.db.execute(
+                "UPDATE sessions SET title = ? WHERE id = ?", (title[:200], session_id)
+            ):
+                raise InvalidInput(f"no session with id {session_id!r}")
+        return await self.get_session(session_id)
+
+    async def delete_session(self: MemoryStore, session_id: str) -> int:
+        """Delete a session and its messages (memories learned from it stay, unlinked).
+        Returns how many messages went."""
+        async with self.db.transaction():
+            count = await self.db.scalar(
+                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
+            )
+            ids = [
+                r[0]
+                for r in await self.db.fetchall(
+                    "SELECT id FROM messages WHERE session_id = ?", (session_id,)
+                )
+            ]
+            for mid in ids:
+                await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
+            await self._drop_embeddings("message_id", ids)
+            if not await self.db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)):
+                raise InvalidInput(f"no session with id {session_id!r}")
+            await self._drop_orphan_entities()
+        return int(count or 0)
+
+    async def export_session(self: MemoryStore, session_id: str) -> str:
+        """The session as Markdown: title, date, then each message under its speaker."""
+        session = await self.get_session(session_id)
+        lines = [f"# {session.title or 'Chat'}", "", f"Started {session.created_at[:16]}Z.", ""]
+        for m in await self.messages(session_id):
+            if m.role == "tool":
+                lines += [f"**Tool result ({m.name or 'tool'})**", "", "```", m.content, "```", ""]
+            else:
+                lines += [
+                    f"**{m.name or m.role.capitalize()}** · {m.created_at[11:16]}",
+                    "",
+                    m.content,
+                    "",
+                ]
+        return "\n".join(lines)

@@ -26,7 +26,7 @@ from navi_desktop.memory.maintenance import MaintenanceOps
 from navi_desktop.memory.migrations import migrate
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.search import SearchOps
-from navi_desktop.memory.sessions import SessionOps
+from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
 from navi_desktop.memory.textproc import entity_names, normalize
 from navi_desktop.memory.vectors import MEMORY, MESSAGE, BitIndex, sign_bits
 from navi_desktop.paths import Paths
@@ -35,7 +35,14 @@ ROLES = ("user", "assistant", "tool", "system")
 
 
 class MemoryStore(
-    FactOps, ForgetOps, SearchOps, SessionOps, LedgerOps, ExchangeOps, MaintenanceOps
+    FactOps,
+    ForgetOps,
+    SearchOps,
+    SessionOps,
+    SessionAdminOps,
+    LedgerOps,
+    ExchangeOps,
+    MaintenanceOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory."""
 
