@@ -27,7 +27,7 @@ class CommandError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from navi_desktop.cli import memory
+    from navi_desktop.cli import daemon_cmds, memory
 
     parser = argparse.ArgumentParser(
         prog="navi",
@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.set_defaults(help_parser=parser)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     memory.register(commands)
+    daemon_cmds.register(commands)
     return parser
 
 

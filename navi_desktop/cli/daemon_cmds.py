@@ -1,0 +1,260 @@
+"""``navi daemon``, ``navi chat``, ``navi end`` and ``navi sessions``: clients of the daemon.
+
+Each starts the daemon when no socket answers, then speaks JSON-RPC over its socket.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+from navi_desktop.cli.output import emit_json, error
+
+CHAT_TIMEOUT_S = 600.0
+
+
+def register(commands: Any) -> None:
+    d = commands.add_parser("daemon", help="run, start, stop or inspect the background service")
+    d.set_defaults(help_parser=d)
+    sub = d.add_subparsers(title="daemon commands", metavar="COMMAND")
+    for name, handler, text in (
+        ("run", cmd_daemon_run, "run in the foreground (logs to stderr)"),
+        ("start", cmd_daemon_start, "start in the background; returns when it answers"),
+        ("stop", cmd_daemon_stop, "end open sessions, then stop"),
+        ("status", cmd_daemon_status, "pid, socket, uptime, Ollama, sessions, pending work"),
+    ):
+        p = sub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        p.set_defaults(handler=handler, help_parser=p)
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = commands.add_parser(
+        "chat",
+        help="one chat turn; the reply streams to stdout",
+        description="Send one message; the reply streams to stdout and the"
+        " session id goes to stderr.",
+    )
+    p.add_argument("message", metavar="MESSAGE")
+    p.add_argument("--session", metavar="ID", help="continue this session")
+    p.add_argument("--incognito", action="store_true", help="remember nothing of this chat")
+    p.add_argument("--profile", metavar="NAME", help="whose memory (default: your user name)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON when done")
+    p.set_defaults(handler=cmd_chat, help_parser=p)
+
+    p = commands.add_parser("end", help="end sessions now and report what was learned")
+    group = p.add_mutually_exclusive_group(required=True)
+    group.add_argument("--session", metavar="ID")
+    group.add_argument("--all", action="store_true", help="every session not yet processed")
+    p.add_argument("--profile", metavar="NAME")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_end, help_parser=p)
+
+    s = commands.add_parser("sessions", help="list, show, rename, delete or export sessions")
+    s.set_defaults(help_parser=s)
+    ssub = s.add_subparsers(title="sessions commands", metavar="COMMAND")
+    for name, text in (
+        ("list", "list sessions, most recent first"),
+        ("show", "a session with its messages"),
+        ("rename", "give a session a title"),
+        ("delete", "delete a session and its messages"),
+        ("export", "a session as Markdown"),
+    ):
+        sp = ssub.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        if name != "list":
+            sp.add_argument("id", metavar="ID")
+        if name == "rename":
+            sp.add_argument("title", metavar="TITLE")
+        sp.add_argument("--profile", metavar="NAME")
+        sp.add_argument("--json", action="store_true")
+        sp.set_defaults(handler=cmd_sessions, action=name, help_parser=sp)
+
+
+def _paths() -> Any:
+    from navi_desktop.paths import Paths
+
+    return Paths.from_env()
+
+
+async def _client(start: bool = True) -> Any:
+    """A connected client; starts the daemon first when none answers."""
+    from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
+    from navi_desktop.daemon.main import socket_path, start_background
+
+    paths = _paths()
+    try:
+        return await DaemonClient.connect(socket_path(paths))
+    except DaemonUnavailable:
+        if not start:
+            raise
+    await asyncio.to_thread(start_background, paths)
+    return await DaemonClient.connect(socket_path(paths))
+
+
+def _call(method: str, params: dict[str, Any], *, start: bool = True) -> Any:
+    async def main() -> Any:
+        client = await _client(start)
+        try:
+            return await client.call(method, params)
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+def _params(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    params = {k: v for k, v in extra.items() if v is not None}
+    if getattr(args, "profile", None):
+        params["profile"] = args.profile
+    return params
+
+
+def cmd_daemon_run(args: argparse.Namespace) -> int:
+    from navi_desktop.daemon.main import run_foreground
+
+    return run_foreground(_paths())
+
+
+def cmd_daemon_start(args: argparse.Namespace) -> int:
+    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+    from navi_desktop.daemon.main import socket_path, start_background
+
+    paths = _paths()
+    try:
+        status = call_sync(socket_path(paths), "daemon.status", {}, timeout=5.0)
+        print(f"already running (pid {status['pid']})")
+        return 0
+    except DaemonUnavailable:
+        pid = start_background(paths)
+    print(f"started (pid {pid}), listening on {socket_path(paths)}")
+    return 0
+
+
+def cmd_daemon_stop(args: argparse.Namespace) -> int:
+    import time
+
+    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+    from navi_desktop.daemon.main import socket_path
+
+    sock = socket_path(_paths())
+    try:
+        call_sync(sock, "daemon.stop", {}, timeout=5.0)
+    except DaemonUnavailable:
+        print("not running")
+        return 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # it ends open sessions first: wait for it to go
+        try:
+            call_sync(sock, "rpc.ping", {}, timeout=1.0)
+        except DaemonUnavailable:
+            print("stopped")
+            return 0
+        time.sleep(0.1)
+    error("the daemon is still ending sessions after 60 s")
+    return 1
+
+
+def cmd_daemon_status(args: argparse.Namespace) -> int:
+    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+    from navi_desktop.daemon.main import socket_path
+
+    sock = socket_path(_paths())
+    try:
+        status = call_sync(sock, "daemon.status", {}, timeout=15.0)
+    except DaemonUnavailable:
+        if args.json:
+            emit_json({"running": False, "socket": str(sock)})
+        else:
+            print(f"not running (socket {sock})")
+        return 3
+    status = {"running": True, "socket": str(sock)} | status
+    if args.json:
+        emit_json(status)
+        return 0
+    ollama = status["ollama"]
+    state = "reachable" if ollama["reachable"] else f"unreachable: {ollama['error']}"
+    print(f"running      pid {status['pid']}, up {status['uptime_s']:.0f} s")
+    print(f"socket       {sock}")
+    print(f"ollama       {ollama['host']} ({state})")
+    print(f"model        {status['chat_model']} (embeddings: {status['embedding_model']})")
+    print(
+        f"sessions     {status['open_sessions']} open,"
+        f" {status['pending_extractions']} waiting to be processed"
+    )
+    if status["last_failure"]:
+        print(f"last failure {status['last_failure']}")
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    params = _params(
+        args, text=args.message, session_id=args.session, incognito=True if args.incognito else None
+    )
+
+    async def main() -> Any:
+        client = await _client()
+
+        async def show_deltas() -> None:
+            async for note in client.notifications():
+                if note.method == "chat.delta" and not args.json:
+                    sys.stdout.write(note.params["text"])
+                    sys.stdout.flush()
+
+        printer = asyncio.ensure_future(show_deltas())
+        try:
+            return await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S)
+        finally:
+            await client.close()  # ends the notifications after the ones already received
+            try:
+                await asyncio.wait_for(printer, 2.0)
+            except (TimeoutError, asyncio.CancelledError):
+                pass
+
+    result = asyncio.run(main())
+    if args.json:
+        emit_json(result)
+    else:
+        sys.stdout.write("\n")
+    label = "incognito session" if result.get("incognito") else "session"
+    print(f"{label} {result['session_id']}", file=sys.stderr)
+    return 0
+
+
+def cmd_end(args: argparse.Namespace) -> int:
+    params = _params(args, id=args.session, all=True if args.all else None)
+    reports = _call("sessions.end", params)
+    if args.json:
+        emit_json(reports)
+        return 0
+    if not reports:
+        print("Nothing to process.")
+    for r in reports:
+        learned = ", ".join(f"{len(ids)} {action}" for action, ids in r["learned"].items())
+        if r["status"] == "pending":
+            print(f"{r['session_id']}: not processed yet ({r['reason']}); it will be retried")
+        else:
+            print(f"{r['session_id']}: {r['status']}" + (f" — {learned}" if learned else ""))
+    return 0
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    action = args.action
+    params = _params(args, id=getattr(args, "id", None), title=getattr(args, "title", None))
+    result = _call(f"sessions.{action}", params)
+    if args.json:
+        emit_json(result)
+        return 0
+    if action == "list":
+        for s in result:
+            print(f"{s['id']}  {s['last_active_at'][:16]}  {s['state']:<8}  {s['title'] or ''}")
+    elif action == "show":
+        for m in result["messages"]:
+            print(f"[{m['created_at'][11:16]}] {m['name'] or m['role']}: {m['content']}")
+    elif action == "export":
+        sys.stdout.write(result["markdown"] + "\n")
+    elif action == "rename":
+        print(f"renamed {result['id']}: {result['title']}")
+    elif action == "delete":
+        print(f"deleted {result['deleted']} ({result['messages']} messages)")
+    return 0

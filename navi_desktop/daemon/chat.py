@@ -1,0 +1,176 @@
+"""One chat turn: context, the model's streamed reply (with memory tools when the model has
+them), and what gets stored. Incognito turns store nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.llm.types import ContentDelta, Done, ToolCallsRequested, ToolResult
+from navi_desktop.pipeline.context import ContextSettings, build_context
+from navi_desktop.pipeline.tools import TOOLS, MemoryTools
+
+if TYPE_CHECKING:
+    from navi_desktop.llm.backend import OllamaBackend
+    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.pipeline.incognito import IncognitoSession
+
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+HISTORY_MESSAGES = 40  # earlier turns sent with each prompt; the rest reach it as memory
+
+
+@dataclass
+class TurnResult:
+    session_id: str
+    reply: str
+    user_message_id: int | None = None
+    reply_message_id: int | None = None
+    injected: int = 0
+    cancelled: bool = False
+    memory_changed: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "reply": self.reply,
+            "user_message_id": self.user_message_id,
+            "reply_message_id": self.reply_message_id,
+            "injected": self.injected,
+            "cancelled": self.cancelled,
+        }
+
+
+async def _stream(
+    backend: OllamaBackend,
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: MemoryTools | None,
+    emit: Emit,
+    session_id: str,
+    transcript: list[dict[str, Any]],
+) -> tuple[str, Done | None, bool]:
+    """Stream the reply to ``emit``; returns (reply text, last Done, cancelled)."""
+    parts: list[str] = []
+    done: Done | None = None
+    if tools is not None:
+        events = backend.chat_with_tools(model, messages, TOOLS, tools.call)
+    else:
+        events = backend.chat_stream(model, messages)
+    try:
+        async with aclosing(events) as stream:
+            async for event in stream:
+                if isinstance(event, ContentDelta):
+                    parts.append(event.text)
+                    await emit("chat.delta", {"session_id": session_id, "text": event.text})
+                elif isinstance(event, ToolCallsRequested):
+                    calls = [{"name": c.name, "arguments": c.arguments} for c in event.calls]
+                    transcript.append(
+                        {
+                            "role": "assistant",
+                            "content": "".join(parts),
+                            "meta": {"tool_calls": calls},
+                        }
+                    )
+                    parts = []
+                    await emit("chat.tool", {"session_id": session_id, "calls": calls})
+                elif isinstance(event, ToolResult):
+                    transcript.append(
+                        {"role": "tool", "name": event.call.name, "content": event.content}
+                    )
+                elif isinstance(event, Done) and event.final:
+                    done = event
+    except asyncio.CancelledError:
+        # A cancelled reply (Esc, chat.cancel) ends here; the turn still stores what came.
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        return "".join(parts), done, True
+    return "".join(parts), done, False
+
+
+async def run_turn(
+    *,
+    store: MemoryStore,
+    backend: OllamaBackend,
+    model: str,
+    session_id: str,
+    text: str,
+    emit: Emit,
+    context: ContextSettings,
+    use_tools: bool,
+) -> TurnResult:
+    """A turn in a normal session. The user's message is stored before anything can fail:
+    an acknowledged message is never lost."""
+    earlier = await store.messages(session_id)
+    user = await store.save_message(session_id, "user", text)
+    history = [
+        {"role": m.role, "content": m.content}
+        for m in earlier
+        if m.role in ("user", "assistant") and m.content
+    ][-HISTORY_MESSAGES:]
+    ctx = await build_context(
+        store,
+        user_text=text,
+        history=history,
+        session_id=session_id,
+        first_turn=not earlier,
+        settings=context,
+    )
+    await store.record_injections(session_id, user.id, ctx.injections)
+    tools = MemoryTools(store, session_id) if use_tools else None
+    steps: list[dict[str, Any]] = []
+    try:
+        reply, done, cancelled = await _stream(
+            backend, model, ctx.messages, tools, emit, session_id, steps
+        )
+    finally:
+        # Tool calls and results belong in the transcript (extraction reads them), even when
+        # the reply failed or was cancelled.
+        for step in steps:
+            await store.save_message(
+                session_id,
+                step["role"],
+                step["content"],
+                name=step.get("name"),
+                meta=step.get("meta"),
+            )
+    meta: dict[str, Any] = {"model": model}
+    if done is not None:
+        meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
+    if cancelled:
+        meta["cancelled"] = True
+    saved = None
+    if reply or not cancelled:
+        saved = await store.save_message(session_id, "assistant", reply, meta=meta)
+    return TurnResult(
+        session_id,
+        reply,
+        user.id,
+        saved.id if saved else None,
+        len(ctx.injections),
+        cancelled,
+        tools.changed if tools else [],
+    )
+
+
+async def run_incognito_turn(
+    *,
+    session: IncognitoSession,
+    store: MemoryStore | None,
+    backend: OllamaBackend,
+    model: str,
+    text: str,
+    emit: Emit,
+    context: ContextSettings,
+) -> TurnResult:
+    """A turn that touches no file: the transcript lives in ``session`` only; memory is read
+    (never written) only when the session allows it. No memory tools: they would write."""
+    ctx = await session.context(store, text, context)
+    reply, _done, cancelled = await _stream(
+        backend, model, ctx.messages, None, emit, session.id, []
+    )
+    session.add_turn(text, reply)
+    return TurnResult(session.id, reply, None, None, len(ctx.injections), cancelled)

@@ -1,0 +1,176 @@
+"""The daemon process: one per OS user. A lock stops a second one; a socket left by a crash
+is replaced; SIGTERM, SIGINT and ``daemon.stop`` end every open session before exiting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from navi_desktop.errors import NaviError
+from navi_desktop.paths import Paths, ensure_private_dir
+
+log = logging.getLogger("navi.daemon")
+MAINTENANCE_EVERY_S = 6 * 3600
+
+
+class DaemonRunning(NaviError):
+    """A second daemon for the same user was asked to start."""
+
+
+def socket_path(paths: Paths) -> Path:
+    return paths.runtime / "daemon.sock"
+
+
+def lock_path(paths: Paths) -> Path:
+    return paths.runtime / "daemon.lock"
+
+
+def _take_lock(paths: Paths) -> int:
+    ensure_private_dir(paths.runtime)
+    fd = os.open(lock_path(paths), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise DaemonRunning(
+            f"a Navi daemon is already running (pid {holder}); stop it with `navi daemon stop`"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return fd
+
+
+async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
+    """Run the daemon until a signal or ``daemon.stop``."""
+    from navi_desktop.config import load_settings
+    from navi_desktop.config_watch import SettingsWatcher
+    from navi_desktop.daemon.rpc import RpcServer
+    from navi_desktop.daemon.service import Service
+
+    lock = _take_lock(paths)
+    config_file = paths.config / "config.toml"
+    settings, errors = load_settings(config_file)
+    for error in errors:
+        log.warning("config: %s", error)
+    sock = socket_path(paths)
+    with contextlib.suppress(FileNotFoundError):
+        sock.unlink()  # the lock is ours, so any socket here was left by a crash
+    stop = asyncio.Event()
+    server: Any = None
+
+    async def broadcast(topic: str, method: str, params: dict[str, Any]) -> None:
+        if server is not None:
+            await server.broadcast(topic, method, params)
+
+    service = Service(paths, settings, broadcast)
+
+    async def daemon_stop(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        stop.set()
+        return {"stopping": True}
+
+    async def settings_get(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        return {"settings": service.settings.to_dict(), "errors": [str(e) for e in watcher_errors]}
+
+    watcher_errors = list(errors)
+
+    async def on_settings(new: Any, errs: list[Any], changed: set[str]) -> None:
+        nonlocal watcher_errors
+        service.settings = new
+        watcher_errors = list(errs)
+        await broadcast(
+            "settings",
+            "settings.changed",
+            {
+                "settings": new.to_dict(),
+                "changed": sorted(changed),
+                "errors": [str(e) for e in errs],
+            },
+        )
+
+    handlers = service.handlers() | {"daemon.stop": daemon_stop, "settings.get": settings_get}
+    server = RpcServer(sock, handlers)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watcher = SettingsWatcher(config_file, on_settings, settings=settings, errors=errors)
+    await server.start()
+    await watcher.start()
+    await service.recover()
+    maintenance = asyncio.ensure_future(_maintain(service))
+    log.info("navi daemon %d listening on %s", os.getpid(), sock)
+    if ready is not None:
+        ready.set()
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping: ending open sessions")
+        maintenance.cancel()
+        await watcher.stop()
+        await service.shutdown()
+        await server.stop()
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        os.close(lock)
+
+
+async def _maintain(service: Any) -> None:
+    from navi_desktop.pipeline.maintenance import run_maintenance
+
+    while True:
+        await asyncio.sleep(MAINTENANCE_EVERY_S)
+        for profile in list(service._stores):
+            try:
+                await run_maintenance(
+                    await service.store(profile), service.backend(), service.end_settings
+                )
+            except Exception:  # one profile's failure must not stop the daemon's jobs
+                log.exception("maintenance failed for %s", profile)
+
+
+def run_foreground(paths: Paths) -> int:
+    ensure_private_dir(paths.state)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    asyncio.run(serve(paths))
+    return 0
+
+
+def start_background(paths: Paths, timeout: float = 15.0) -> int:
+    """Start the daemon detached and return its pid once it answers."""
+    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+
+    ensure_private_dir(paths.state)
+    log_file = open(paths.state / "daemon.log", "ab")  # noqa: SIM115 (handed to the child)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "navi_desktop", "daemon", "run"],
+        stdin=subprocess.DEVNULL,
+        stdout=log_file,
+        stderr=log_file,
+        start_new_session=True,
+        env=os.environ.copy(),
+    )
+    log_file.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise NaviError(
+                f"the daemon exited at start (code {proc.returncode}); see"
+                f" {paths.state / 'daemon.log'}"
+            )
+        try:
+            call_sync(socket_path(paths), "rpc.ping", {}, timeout=1.0)
+            return proc.pid
+        except DaemonUnavailable:
+            time.sleep(0.05)
+    raise NaviError(
+        f"the daemon did not answer within {timeout:.0f} s; see {paths.state / 'daemon.log'}"
+    )

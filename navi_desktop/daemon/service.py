@@ -1,0 +1,388 @@
+"""What the daemon does: the RPC methods over the memory engine, the pipeline and Ollama,
+plus the session lifecycle (inactivity timers, the session-end seam, shutdown, recovery)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.daemon.chat import run_incognito_turn, run_turn
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.paths import Paths, check_profile_name, default_profile
+from navi_desktop.pipeline.context import ContextSettings
+from navi_desktop.pipeline.incognito import IncognitoSession
+from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
+
+if TYPE_CHECKING:
+    from navi_desktop.config import Settings
+    from navi_desktop.llm.backend import OllamaBackend
+
+log = logging.getLogger(__name__)
+Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+
+def _text(params: dict[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = params.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"{name!r} must be a non-empty string")
+    return value
+
+
+class Service:
+    def __init__(self, paths: Paths, settings: Settings, broadcast: Broadcast) -> None:
+        self.paths = paths
+        self.settings = settings
+        self.broadcast = broadcast
+        self.started = time.monotonic()
+        self._stores: dict[str, MemoryStore] = {}
+        self._backend: OllamaBackend | None = None
+        self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._turns: dict[str, asyncio.Task[Any]] = {}
+        self._ending: dict[tuple[str, str], asyncio.Task[EndReport]] = {}
+        self._incognito: dict[str, IncognitoSession] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+
+    # -- resources -----------------------------------------------------------------------------
+
+    def profile(self, params: dict[str, Any]) -> str:
+        name = params.get("profile") or self.settings.memory.profile or default_profile()
+        return check_profile_name(str(name))
+
+    async def store(self, profile: str) -> MemoryStore:
+        if profile not in self._stores:
+            self._stores[profile] = await MemoryStore.open(
+                self.paths.profile_db(profile), embedder=self._embedder()
+            )
+        return self._stores[profile]
+
+    def _embedder(self) -> Any:
+        choice = self.settings.memory.embedder
+        if choice == "none":
+            return None
+        if choice == "local":
+            from navi_desktop.memory.embedders import LocalEmbedder
+
+            return LocalEmbedder()
+        from navi_desktop.memory.embedders import OllamaEmbedder
+
+        return OllamaEmbedder(self.settings.ollama.embedding_model, self.backend().embed_fn)
+
+    def backend(self) -> OllamaBackend:
+        if self._backend is None:
+            from navi_desktop.llm.backend import OllamaBackend
+
+            self._backend = OllamaBackend(
+                self.settings.ollama.host, timeout=self.settings.ollama.timeout_s
+            )
+        return self._backend
+
+    def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    @property
+    def end_settings(self) -> EndSettings:
+        return EndSettings(model=self.settings.ollama.chat_model)
+
+    # -- the session-end seam ------------------------------------------------------------------
+
+    async def end(self, profile: str, session_id: str, trigger: str) -> EndReport:
+        """End a session, whatever the trigger; concurrent calls share one run."""
+        key = (profile, session_id)
+        if key in self._ending:
+            return await self._ending[key]
+        timer = self._timers.pop(key, None)
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+        self._ending[key] = task = asyncio.ensure_future(self._end(profile, session_id, trigger))
+        try:
+            return await task
+        finally:
+            self._ending.pop(key, None)
+
+    async def _end(self, profile: str, session_id: str, trigger: str) -> EndReport:
+        store = await self.store(profile)
+        report = await end_session(store, self.backend(), session_id, self.end_settings)
+        log.info("session %s ended (%s): %s", session_id, trigger, report.status)
+        if report.status == "processed":
+            await store.backfill_embeddings(messages=False)
+            await self.broadcast(
+                "memory",
+                "memory.changed",
+                {"profile": profile, "ids": [i for ids in report.learned.values() for i in ids]},
+            )
+        await self.broadcast(
+            "sessions",
+            "session.state",
+            {
+                "profile": profile,
+                "session_id": session_id,
+                "state": report.status,
+                "reason": report.reason,
+            },
+        )
+        return report
+
+    def _touch(self, profile: str, session_id: str) -> None:
+        """Restart the session's inactivity timer."""
+        key = (profile, session_id)
+        if (old := self._timers.get(key)) is not None:
+            old.cancel()
+        delay = self.settings.memory.inactivity_timeout_min * 60
+
+        async def expire() -> None:
+            await asyncio.sleep(delay)
+            self._timers.pop(key, None)
+            await self.end(profile, session_id, "inactivity")
+
+        self._timers[key] = self._spawn(expire())
+
+    async def recover(self) -> None:
+        """At start: end the sessions a crash (or a failed extraction) left unprocessed."""
+        root = self.paths.data / "profiles"
+        for folder in sorted(root.glob("*/memory.db")) if root.exists() else []:
+            profile = folder.parent.name
+            store = await self.store(profile)
+            for session in await store.sessions_to_process(include_open=True):
+                self._spawn(self.end(profile, session.id, "recovery"))
+
+    async def shutdown(self, budget_s: float = 20.0) -> None:
+        """End every open session within ``budget_s``, then close the files."""
+        for task in list(self._turns.values()):
+            task.cancel()
+        for timer in list(self._timers.values()):
+            timer.cancel()
+        pending = [(p, s) for (p, s) in list(self._timers)]
+        self._timers.clear()
+        for profile, store in self._stores.items():
+            for session in await store.sessions_to_process(include_open=True):
+                if (profile, session.id) not in pending:
+                    pending.append((profile, session.id))
+        if pending:
+            ends = [asyncio.ensure_future(self.end(p, s, "shutdown")) for p, s in pending]
+            _, late = await asyncio.wait(ends, timeout=budget_s)
+            for task in late:
+                task.cancel()  # left pending; recovery ends it at the next start
+            await asyncio.gather(*late, return_exceptions=True)
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._backend is not None:
+            await self._backend.aclose()
+        for store in self._stores.values():
+            await store.close()
+        self._stores.clear()
+
+    # -- RPC methods -------------------------------------------------------------------------
+
+    def handlers(self) -> dict[str, Handler]:
+        return {
+            "daemon.status": self.status,
+            "chat.send": self.chat_send,
+            "chat.cancel": self.chat_cancel,
+            "sessions.create": self.sessions_create,
+            "sessions.list": self.sessions_list,
+            "sessions.show": self.sessions_show,
+            "sessions.rename": self.sessions_rename,
+            "sessions.delete": self.sessions_delete,
+            "sessions.export": self.sessions_export,
+            "sessions.end": self.sessions_end,
+        }
+
+    async def status(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        health = await self.backend().health()
+        pending, reason = 0, None
+        for store in self._stores.values():
+            n, r = await store.pending_status()
+            pending += n
+            reason = reason or r
+        return {
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started, 1),
+            "ollama": {
+                "host": health.host,
+                "reachable": health.reachable,
+                "version": health.version,
+                "error": health.error,
+            },
+            "chat_model": self.settings.ollama.chat_model,
+            "embedding_model": self.settings.ollama.embedding_model,
+            "open_sessions": len(self._timers) + len(self._incognito),
+            "pending_extractions": pending,
+            "last_failure": reason,
+            "profiles": sorted(self._stores),
+        }
+
+    async def chat_send(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        text = _text(params, "text")
+        assert text is not None
+        profile = self.profile(params)
+        session_id = params.get("session_id")
+        incognito = bool(params.get("incognito")) or (session_id in self._incognito)
+        model = self.settings.ollama.chat_model
+        context = ContextSettings(budget_tokens=self.settings.memory.budget_tokens)
+
+        async def emit(method: str, data: dict[str, Any]) -> None:
+            await peer.notify(method, data)
+
+        if incognito:
+            session = self._incognito.get(session_id) if session_id else None
+            if session is None:
+                session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
+                self._incognito[session.id] = session
+            store = await self.store(profile) if session.read_memory else None
+            result = await self._run(
+                session.id,
+                run_incognito_turn(
+                    session=session,
+                    store=store,
+                    backend=self.backend(),
+                    model=model,
+                    text=text,
+                    emit=emit,
+                    context=context,
+                ),
+            )
+            return result.to_dict() | {"incognito": True}
+
+        store = await self.store(profile)
+        if session_id is None:
+            session_id = (await store.create_session()).id
+            for older in await store.sessions_to_process(include_open=True):
+                if older.id != session_id:  # a new session ends the ones left unprocessed
+                    self._spawn(self.end(profile, older.id, "new session"))
+        else:
+            await store.get_session(session_id)
+        use_tools = await self._supports_tools(model)
+        try:
+            result = await self._run(
+                session_id,
+                run_turn(
+                    store=store,
+                    backend=self.backend(),
+                    model=model,
+                    session_id=session_id,
+                    text=text,
+                    emit=emit,
+                    context=context,
+                    use_tools=use_tools,
+                ),
+            )
+        finally:
+            self._touch(profile, session_id)
+        if result.memory_changed:
+            await self.broadcast(
+                "memory", "memory.changed", {"profile": profile, "ids": result.memory_changed}
+            )
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
+        )
+        return result.to_dict() | {"incognito": False}
+
+    async def _supports_tools(self, model: str) -> bool:
+        try:
+            return await self.backend().supports_tools(model)
+        except Exception:  # the chat call itself reports what is wrong with the server
+            return False
+
+    async def _run(self, session_id: str, turn: Awaitable[Any]) -> Any:
+        if session_id in self._turns:
+            raise InvalidInput(f"session {session_id} is already answering; cancel it first")
+        task = asyncio.ensure_future(turn)
+        self._turns[session_id] = task
+        try:
+            return await task
+        finally:
+            self._turns.pop(session_id, None)
+
+    async def chat_cancel(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        session_id = _text(params, "session_id")
+        task = self._turns.get(str(session_id))
+        if task is None:
+            return {"cancelled": False}
+        task.cancel()
+        return {"cancelled": True}
+
+    async def sessions_create(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        if params.get("incognito"):
+            session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
+            self._incognito[session.id] = session
+            return {"id": session.id, "incognito": True}
+        store = await self.store(self.profile(params))
+        title = params.get("title")
+        created = await store.create_session(str(title) if title else None)
+        return created.to_dict() | {"incognito": False}
+
+    async def sessions_list(self, params: dict[str, Any], peer: Any) -> list[dict[str, Any]]:
+        store = await self.store(self.profile(params))
+        limit = params.get("limit", 100)
+        if not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise InvalidInput("'limit' must be an integer between 1 and 1000")
+        return [s.to_dict() for s in await store.list_sessions(limit=limit)]
+
+    async def sessions_show(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params))
+        session_id = str(_text(params, "id"))
+        session = await store.get_session(session_id)
+        return session.to_dict() | {
+            "messages": [m.to_dict() for m in await store.messages(session_id)]
+        }
+
+    async def sessions_rename(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params))
+        renamed = await store.rename_session(str(_text(params, "id")), str(_text(params, "title")))
+        return renamed.to_dict()
+
+    async def sessions_delete(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        session_id = str(_text(params, "id"))
+        if self._incognito.pop(session_id, None) is not None:
+            return {"deleted": session_id, "messages": 0}
+        profile = self.profile(params)
+        if (timer := self._timers.pop((profile, session_id), None)) is not None:
+            timer.cancel()
+        count = await (await self.store(profile)).delete_session(session_id)
+        return {"deleted": session_id, "messages": count}
+
+    async def sessions_export(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params))
+        return {"markdown": await store.export_session(str(_text(params, "id")))}
+
+    async def sessions_end(self, params: dict[str, Any], peer: Any) -> list[dict[str, Any]]:
+        """End one session (``id``) or every unprocessed one (``all``) now."""
+        profile = self.profile(params)
+        store = await self.store(profile)
+        if params.get("all"):
+            for sid in [s for s in self._incognito]:
+                self._incognito.pop(sid).discard()
+            ids = [s.id for s in await store.sessions_to_process(include_open=True)]
+        else:
+            session_id = str(_text(params, "id"))
+            if session_id in self._incognito:
+                self._incognito.pop(session_id).discard()
+                return [{"session_id": session_id, "status": "discarded"}]
+            await store.get_session(session_id)
+            ids = [session_id]
+        reports = [await self.end(profile, sid, "explicit") for sid in ids]
+        return [_report(r) for r in reports]
+
+
+def _report(r: EndReport) -> dict[str, Any]:
+    return {
+        "session_id": r.session_id,
+        "status": r.status,
+        "reason": r.reason,
+        "learned": r.learned,
+        "dropped": r.dropped,
+        "summary_id": r.summary_id,
+        "profile_updated": r.profile_updated,
+    }

@@ -1,0 +1,97 @@
+"""The daemon as a user meets it: real processes, a real socket, the fake Ollama on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.fake_ollama import ThreadedFakeOllama
+from tests.pipeline_helpers import MODELS, extraction, fact, profile, rule
+
+
+@pytest.fixture
+def env(tmp_path):
+    fake = ThreadedFakeOllama(MODELS).start()
+    home = tmp_path / "h"
+    (home / "config").mkdir(parents=True)
+    (home / "config" / "config.toml").write_text(
+        '# test settings\n[ollama]\nchat_model = "llama3.2"\n'
+        '[memory]\nembedder = "none"\nprofile = "tester"\n'
+    )
+    environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": fake.url}
+    yield fake, environ, home
+    subprocess.run(
+        [sys.executable, "-m", "navi_desktop", "daemon", "stop"],
+        env=environ,
+        capture_output=True,
+        timeout=60,
+    )
+    fake.stop()
+
+
+def navi(environ, *args, timeout=60):
+    return subprocess.run(
+        [sys.executable, "-m", "navi_desktop", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_chat_then_stop_writes_memories(env):
+    fake, environ, home = env
+    said = "I moved to Lisbon last year. Please always answer briefly."
+    fake.script(
+        __import__("tests.fake_ollama", fromlist=["Reply"]).Reply("Noted, Lisbon it is."),
+        extraction(
+            [fact("home city", "Lisbon", "I moved to Lisbon last year", category="profile")],
+            [rule("Answer briefly", "always answer briefly")],
+            summary="The user said they live in Lisbon.",
+        ),
+        profile("The user lives in Lisbon."),
+    )
+    chat = navi(environ, "chat", said)
+    assert chat.returncode == 0, chat.stderr
+    assert "Noted, Lisbon it is." in chat.stdout
+    session_id = chat.stderr.strip().split()[-1]
+
+    status = navi(environ, "daemon", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["running"] and data["ollama"]["reachable"] and data["open_sessions"] == 1
+
+    stop = navi(environ, "daemon", "stop")
+    assert stop.returncode == 0 and "stopped" in stop.stdout
+    listing = navi(environ, "memory", "list", "--profile", "tester", "--json", "--status", "all")
+    memories = json.loads(listing.stdout)["memories"]
+    assert {m["kind"] for m in memories} == {"fact", "rule", "episode"}
+    assert any(m["value"] == "Lisbon" and m["session_id"] == session_id for m in memories)
+    # the extraction request saw the whole conversation
+    bodies = [r.body for r in fake.requests if r.path == "/api/chat"]
+    assert any(said in json.dumps(b) and b.get("format") for b in bodies)
+
+
+def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
+    fake, environ, home = env
+    assert navi(environ, "daemon", "start").returncode == 0
+    again = navi(environ, "daemon", "run", timeout=20)
+    assert again.returncode == 2 and "already running" in again.stderr
+    navi(environ, "chat", "warm up")  # creates the profile file
+    db = home / "data" / "profiles" / "tester" / "memory.db"
+    time.sleep(0.2)
+
+    def snapshot():
+        return [p.read_bytes() if p.exists() else None for p in (db, db.with_name("memory.db-wal"))]
+
+    before = snapshot()
+    fake.script(__import__("tests.fake_ollama", fromlist=["Reply"]).Reply("secret reply"))
+    chat = navi(environ, "chat", "--incognito", "my secret plan")
+    assert chat.returncode == 0 and "secret reply" in chat.stdout
+    assert "incognito session" in chat.stderr
+    assert snapshot() == before
