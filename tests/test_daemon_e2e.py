@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.fake_ollama import ThreadedFakeOllama
+from tests.fake_ollama import Reply, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS, extraction, fact, profile, rule
 
 
@@ -45,10 +45,10 @@ def navi(environ, *args, timeout=60):
 
 
 def test_chat_then_stop_writes_memories(env):
-    fake, environ, home = env
+    fake, environ, _ = env
     said = "I moved to Lisbon last year. Please always answer briefly."
     fake.script(
-        __import__("tests.fake_ollama", fromlist=["Reply"]).Reply("Noted, Lisbon it is."),
+        Reply("Noted, Lisbon it is."),
         extraction(
             [fact("home city", "Lisbon", "I moved to Lisbon last year", category="profile")],
             [rule("Answer briefly", "always answer briefly")],
@@ -90,7 +90,7 @@ def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
         return [p.read_bytes() if p.exists() else None for p in (db, db.with_name("memory.db-wal"))]
 
     before = snapshot()
-    fake.script(__import__("tests.fake_ollama", fromlist=["Reply"]).Reply("secret reply"))
+    fake.script(Reply("secret reply"))
     chat = navi(environ, "chat", "--incognito", "my secret plan")
     assert chat.returncode == 0 and "secret reply" in chat.stdout
     assert "incognito session" in chat.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from typing import Any
 
@@ -206,10 +207,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             return await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S)
         finally:
             await client.close()  # ends the notifications after the ones already received
-            try:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(printer, 2.0)
-            except (TimeoutError, asyncio.CancelledError):
-                pass
 
     result = asyncio.run(main())
     if args.json:
