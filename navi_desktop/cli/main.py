@@ -3,8 +3,9 @@
 Startup cost matters: this module and the command modules import only the standard library at
 import time; each command imports the memory engine (numpy, aiosqlite, SQLite) when it runs.
 
-Exit codes: 0 success; 1 a failure not caused by the input (disk, lock) or a declined prompt;
-2 bad input (usage, unknown id, invalid file, corrupt profile file); 130 interrupted.
+Exit codes: 0 success; 1 a failure not caused by the input (Ollama down, disk, lock) or a
+declined prompt; 2 bad input (usage, unknown id, invalid file, corrupt profile file, a second
+daemon); 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 from navi_desktop import __version__
 from navi_desktop.cli.output import error
-from navi_desktop.errors import NaviError
+from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError
 
 
 class CommandError(Exception):
@@ -54,9 +55,12 @@ def run(argv: list[str] | None = None) -> int:
         return 0
     try:
         return handler(args)
-    except NaviError as err:
+    except (InvalidInput, CorruptDatabase) as err:  # the request itself is wrong
         error(str(err))
         return 2
+    except NaviError as err:  # the request was fine; something it needs is not (Ollama, daemon)
+        error(str(err))
+        return 1
     except CommandError as err:
         error(str(err))
         return err.code

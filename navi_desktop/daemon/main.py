@@ -15,14 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from navi_desktop.errors import NaviError
+from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.paths import Paths, ensure_private_dir
 
 log = logging.getLogger("navi.daemon")
 MAINTENANCE_EVERY_S = 6 * 3600
 
 
-class DaemonRunning(NaviError):
+class DaemonRunning(InvalidInput):
     """A second daemon for the same user was asked to start."""
 
 
