@@ -95,3 +95,40 @@ def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
     assert chat.returncode == 0 and "secret reply" in chat.stdout
     assert "incognito session" in chat.stderr
     assert snapshot() == before
+
+
+def test_memory_commands_go_through_the_running_daemon(env):
+    import asyncio
+
+    from navi_desktop.daemon.client import DaemonClient
+
+    _, environ, home = env
+    assert navi(environ, "daemon", "start").returncode == 0
+    sock = home / "run" / "daemon.sock"
+
+    async def watch_and_add():
+        async with await DaemonClient.connect(sock) as client:
+            await client.subscribe("memory")
+            add = await asyncio.to_thread(
+                navi,
+                environ,
+                "memory",
+                "add",
+                "--profile",
+                "tester",
+                "--category",
+                "preferences",
+                "drink",
+                "oolong tea",
+            )
+            assert add.returncode == 0, add.stderr
+            notes = client.notifications()
+            note = await asyncio.wait_for(notes.__anext__(), 5)
+            return note
+
+    note = asyncio.run(watch_and_add())
+    assert note.method == "memory.changed" and note.params["method"] == "memory.add"
+    listed = navi(environ, "memory", "--profile", "tester", "--json", "search", "tea")
+    assert json.loads(listed.stdout)["hits"][0]["memory"]["value"] == "oolong tea"
+    bad = navi(environ, "memory", "--profile", "tester", "show", "999")
+    assert bad.returncode == 2 and "no memory with id 999" in bad.stderr

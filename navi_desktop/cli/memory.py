@@ -190,6 +190,20 @@ def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
         raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
+async def _running_daemon(paths: Any) -> Any:
+    """A client of the running daemon, or None when none answers (it is not started)."""
+    from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
+    from navi_desktop.daemon.main import socket_path
+
+    sock = socket_path(paths)
+    if not sock.exists():
+        return None
+    try:
+        return await DaemonClient.connect(sock, timeout=2.0)
+    except DaemonUnavailable:
+        return None
+
+
 def _embedder() -> Embedder | None:
     """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
     from navi_desktop.memory.embedders import embedder_by_name, local_embedder_available
@@ -226,6 +240,14 @@ def _with_store(
         raise NotFound(f"no memory with id {memory_id}")
 
     async def main() -> T:
+        client = await _running_daemon(paths)
+        if client is not None:  # the daemon owns the file while it runs: ask it
+            from navi_desktop.daemon.memory_api import RemoteMemory
+
+            try:
+                return await work(RemoteMemory(client, profile))  # type: ignore[arg-type]
+            finally:
+                await client.close()
         async with await MemoryStore.open(path, embedder=_embedder()) as store:
             result = await work(store)
             # Keep new and edited memories findable by meaning; a few per run, so a large

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.daemon import memory_api
 from navi_desktop.daemon.chat import run_incognito_turn, run_turn
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.store import MemoryStore
@@ -115,7 +116,7 @@ class Service:
         report = await end_session(store, self.backend(), session_id, self.end_settings)
         log.info("session %s ended (%s): %s", session_id, trigger, report.status)
         if report.status == "processed":
-            await store.backfill_embeddings(messages=False)
+            await self._embed_quietly(store)
             await self.broadcast(
                 "memory",
                 "memory.changed",
@@ -197,7 +198,30 @@ class Service:
             "sessions.delete": self.sessions_delete,
             "sessions.export": self.sessions_export,
             "sessions.end": self.sessions_end,
-        }
+        } | {name: self._memory_handler(name) for name in memory_api.METHODS}
+
+    async def _embed_quietly(self, store: MemoryStore) -> None:
+        try:
+            await store.backfill_embeddings(messages=False)
+        except Exception as exc:  # no embedding model now: text search works, retried later
+            log.info("embedding later: %s", exc)
+
+    def _memory_handler(self, method: str) -> Handler:
+        async def handle(params: dict[str, Any], peer: Any) -> Any:
+            profile = self.profile(params)
+            store = await self.store(profile)
+            try:
+                result, writes = await memory_api.call(store, method, params)
+            except TypeError as exc:  # wrong argument names or count
+                raise InvalidInput(f"{method}: {exc}") from None
+            if writes:
+                self._spawn(self._embed_quietly(store))
+                await self.broadcast(
+                    "memory", "memory.changed", {"profile": profile, "method": method}
+                )
+            return result
+
+        return handle
 
     async def status(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
         health = await self.backend().health()

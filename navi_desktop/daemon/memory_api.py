@@ -1,0 +1,146 @@
+"""``memory.*`` over the socket: the daemon runs the store's methods, and ``RemoteMemory``
+gives clients (the CLI, later the TUI) the same methods and return types as ``MemoryStore``,
+so a command has one code path whether it opens the file itself or asks the daemon."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.exchange import ImportReport
+from navi_desktop.memory.facts import WriteResult
+from navi_desktop.memory.forget import ForgetReport
+from navi_desktop.memory.models import HistoryEntry, Memory, Message, SearchHit, Signal
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+# method -> (store call, JSON form of its result, does it change memory?)
+Call = Callable[..., Awaitable[Any]]
+
+
+def _memories(items: list[Memory]) -> list[dict[str, Any]]:
+    return [m.to_dict() for m in items]
+
+
+def _write(r: WriteResult) -> dict[str, Any]:
+    return {
+        "action": r.action,
+        "memory": r.memory.to_dict() if r.memory else None,
+        "replaced": r.replaced,
+    }
+
+
+METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
+    "memory.add": ("add_memory", _write, True),
+    "memory.get": ("get", lambda m: m.to_dict(), False),
+    "memory.versions": ("versions", _memories, False),
+    "memory.history": ("history", lambda h: [e.to_dict() for e in h], False),
+    "memory.list": ("list_memories", lambda r: {"memories": _memories(r[0]), "total": r[1]}, False),
+    "memory.search": ("search", lambda hits: [h.to_dict() for h in hits], False),
+    "memory.correct": ("correct", lambda m: m.to_dict(), True),
+    "memory.edit": ("edit", lambda m: m.to_dict(), True),
+    "memory.pin": ("pin", lambda m: m.to_dict(), True),
+    "memory.archive": ("archive", lambda m: m.to_dict(), True),
+    "memory.accept": ("accept", lambda m: m.to_dict(), True),
+    "memory.forget": ("forget", asdict, True),
+    "memory.export": ("export_data", lambda d: d, False),
+    "memory.export_markdown": ("export_markdown", lambda t: t, False),
+    "memory.import": ("import_data", asdict, True),
+    "memory.stats": ("stats", lambda s: s, False),
+}
+
+
+async def call(store: MemoryStore, method: str, params: dict[str, Any]) -> tuple[Any, bool]:
+    """Run one ``memory.*`` request; returns (JSON result, whether memory changed)."""
+    name, encode, writes = METHODS[method]
+    args = params.get("args", [])
+    kwargs = params.get("kwargs", {})
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise InvalidInput("'args' must be a list and 'kwargs' an object")
+    return encode(await getattr(store, name)(*args, **kwargs)), writes
+
+
+class RemoteMemory:
+    """The subset of ``MemoryStore`` the CLI uses, answered by the daemon."""
+
+    def __init__(self, client: Any, profile: str) -> None:
+        self._client = client
+        self._profile = profile
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._client.call(
+            method, {"profile": self._profile, "args": list(args), "kwargs": kwargs}
+        )
+
+    async def add_memory(self, value: str, **fields: Any) -> WriteResult:
+        r = await self._call("memory.add", value, **fields)
+        return WriteResult(r["action"], _memory(r["memory"]), r["replaced"])
+
+    async def get(self, memory_id: int) -> Memory:
+        return _memory(await self._call("memory.get", memory_id))
+
+    async def versions(self, memory_id: int) -> list[Memory]:
+        return [_memory(m) for m in await self._call("memory.versions", memory_id)]
+
+    async def history(self, memory_id: int) -> list[HistoryEntry]:
+        return [HistoryEntry(**e) for e in await self._call("memory.history", memory_id)]
+
+    async def list_memories(self, **filters: Any) -> tuple[list[Memory], int]:
+        r = await self._call("memory.list", **filters)
+        return [_memory(m) for m in r["memories"]], r["total"]
+
+    async def search(self, query: str, **options: Any) -> list[SearchHit]:
+        return [_hit(h) for h in await self._call("memory.search", query, **options)]
+
+    async def correct(self, memory_id: int, value: str, **options: Any) -> Memory:
+        return _memory(await self._call("memory.correct", memory_id, value, **options))
+
+    async def edit(self, memory_id: int, **changes: Any) -> Memory:
+        return _memory(await self._call("memory.edit", memory_id, **changes))
+
+    async def pin(self, memory_id: int, pinned: bool = True) -> Memory:
+        return _memory(await self._call("memory.pin", memory_id, pinned))
+
+    async def forget(self, memory_id: int) -> ForgetReport:
+        return ForgetReport(**await self._call("memory.forget", memory_id))
+
+    async def export_data(self, **options: Any) -> dict[str, Any]:
+        return await self._call("memory.export", **options)
+
+    async def export_markdown(self) -> str:
+        return await self._call("memory.export_markdown")
+
+    async def import_data(self, data: dict[str, Any]) -> ImportReport:
+        r = await self._call("memory.import", data)
+        return ImportReport(
+            r["added"],
+            r["skipped"],
+            r["blocked"],
+            {int(k): v for k, v in r["ids"].items()},
+            r["new_ids"],
+        )
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._call("memory.stats")
+
+    async def backfill_embeddings(self, **options: Any) -> int:
+        return 0  # the daemon embeds in the background
+
+
+def _memory(data: dict[str, Any] | None) -> Memory:
+    return Memory(**data) if data else None  # type: ignore[return-value]
+
+
+def _hit(h: dict[str, Any]) -> SearchHit:
+    return SearchHit(
+        kind=h["kind"],
+        id=h["id"],
+        text=h["text"],
+        score=h["score"],
+        signals={k: Signal(**v) for k, v in h["signals"].items()},
+        memory=Memory(**h["memory"]) if h["memory"] else None,
+        message=Message(**h["message"]) if h["message"] else None,
+    )
