@@ -10,7 +10,8 @@ Three ways to run it:
 Scripting: ``models`` (name, capabilities, embedding size); ``script(Reply(...), ...)`` queues
 chat replies (streamed in word chunks, thinking, tool calls, an error line mid-stream, a delay
 per chunk, a reply that never finishes); ``default_reply`` answers when the queue is empty
-(a ``Reply`` or a function of the request body). ``requests`` records every request;
+(a ``Reply`` or a function of the request body). ``requests`` records every request
+(with ``received_at``, its arrival time);
 ``fail_status`` makes every API call fail; ``go_down()`` / ``come_up()`` refuse connections.
 """
 
@@ -92,6 +93,8 @@ class Request:
     method: str
     path: str
     body: Any
+    # time.perf_counter() when the whole request had been read (for latency benchmarks)
+    received_at: float = field(default_factory=time.perf_counter)
 
 
 def fake_vector(model: str, text: str, dim: int, keep: int | None = None) -> list[float]:
@@ -115,6 +118,8 @@ class _Ndjson:
         self.started = False
         # The client sends nothing while it reads a response, so EOF here means it hung up.
         self.gone = asyncio.ensure_future(reader.read(1))
+        # A reset instead of a clean EOF is a hang-up too, not an error to report.
+        self.gone.add_done_callback(lambda f: f.cancelled() or f.exception())
 
     async def pause(self, seconds: float) -> bool:
         if seconds > 0 and not self.gone.done():

@@ -68,6 +68,7 @@ ACCESS_DENIED = -32003
 REQUEST_CANCELLED = -32800
 
 DEFAULT_MAX_FRAME = 8 * 1024 * 1024
+LINGER_S = 1.0  # how long a client whose frame was too large may go on sending
 # sockaddr_un.sun_path is 108 bytes on Linux (104 on macOS), NUL included.
 MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 
@@ -453,10 +454,10 @@ class RpcServer:
                     conn.spawn(exc.partial)
                 break
             except asyncio.LimitOverrunError as exc:
-                await self._too_large(conn, exc.consumed)
+                await self._too_large(conn, reader, exc.consumed)
                 return
             except ValueError:
-                await self._too_large(conn, self.max_frame + 1)
+                await self._too_large(conn, reader, self.max_frame + 1)
                 return
             except (ConnectionError, OSError):
                 conn.abort("read failed")
@@ -467,9 +468,16 @@ class RpcServer:
         while conn.tasks and not conn.closed:
             await asyncio.wait(set(conn.tasks))
 
-    async def _too_large(self, conn: _Connection, size: int) -> None:
+    async def _too_large(self, conn: _Connection, reader: asyncio.StreamReader, size: int) -> None:
         message = f"request too large ({size} bytes, limit {self.max_frame})"
-        await conn.send(_encode(_error(None, INVALID_REQUEST, message, "FrameTooLarge")))
+        if await conn.send(_encode(_error(None, INVALID_REQUEST, message, "FrameTooLarge"))):
+            # Closing a Unix socket with unread input resets the peer, which then loses the
+            # error above: drop what the client is still sending (briefly) before closing.
+            with contextlib.suppress(Exception):
+                conn.writer.write_eof()
+                async with asyncio.timeout(LINGER_S):
+                    while await reader.read(65536):
+                        pass
         conn.abort(message)
 
     # requests
