@@ -706,3 +706,11 @@ def test_bad_embedder_setting_is_named(cli, monkeypatch):
     monkeypatch.setenv("NAVI_EMBEDDER", "gpt")
     code, _, err = cli("list")
     assert code == 2 and "NAVI_EMBEDDER" in err
+
+
+def test_profile_comes_from_config_when_not_given(cli, home):
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text('[memory]\nprofile = "work"\n')
+    code, _, err = cli("add", "editor", "helix", profile=None)
+    assert code == 0, err
+    assert (home / "data" / "profiles" / "work" / "memory.db").exists()

@@ -178,10 +178,16 @@ def _json(args: argparse.Namespace) -> bool:
 
 
 def _profile(args: argparse.Namespace) -> str:
-    from navi_desktop.paths import check_profile_name, default_profile
+    """--profile, else ``[memory] profile`` in config.toml, else the OS user name."""
+    from navi_desktop.paths import Paths, check_profile_name
 
     name = getattr(args, "profile", None)
-    return check_profile_name(default_profile() if name is None else name)
+    if name is None:
+        from navi_desktop.config import load_settings
+
+        settings, _ = load_settings(Paths.from_env().config / "config.toml")
+        name = settings.memory.effective_profile()
+    return check_profile_name(name)
 
 
 def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
