@@ -132,3 +132,28 @@ def test_memory_commands_go_through_the_running_daemon(env):
     assert json.loads(listed.stdout)["hits"][0]["memory"]["value"] == "oolong tea"
     bad = navi(environ, "memory", "--profile", "tester", "show", "999")
     assert bad.returncode == 2 and "no memory with id 999" in bad.stderr
+
+
+def test_settings_set_keeps_comments_and_broadcasts(env):
+    import asyncio
+
+    from navi_desktop.daemon.client import DaemonClient
+
+    _, environ, home = env
+    assert navi(environ, "daemon", "start").returncode == 0
+    sock = home / "run" / "daemon.sock"
+
+    async def change():
+        async with await DaemonClient.connect(sock) as client:
+            await client.subscribe("settings")
+            result = await client.call("settings.set", {"changes": {"memory.budget_tokens": 500}})
+            note = await asyncio.wait_for(client.notifications().__anext__(), 5)
+            with pytest.raises(Exception, match="budget_tokens"):
+                await client.call("settings.set", {"changes": {"memory.budget_tokens": "lots"}})
+            return result, note
+
+    result, note = asyncio.run(change())
+    assert result["settings"]["memory"]["budget_tokens"] == 500
+    assert note.method == "settings.changed" and "memory.budget_tokens" in note.params["changed"]
+    text = (home / "config" / "config.toml").read_text()
+    assert text.startswith("# test settings") and "budget_tokens = 500" in text

@@ -20,6 +20,7 @@ from navi_desktop.paths import Paths, ensure_private_dir
 
 log = logging.getLogger("navi.daemon")
 MAINTENANCE_EVERY_S = 6 * 3600
+OLLAMA_CHECK_S = 30.0
 
 
 class DaemonRunning(InvalidInput):
@@ -83,6 +84,18 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
 
     watcher_errors = list(errors)
 
+    async def settings_set(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        """Save changes ({dotted key: value}) to config.toml, keeping its comments; the
+        watcher then applies and broadcasts them like an edit made in any editor."""
+        from navi_desktop.config import save_settings
+
+        changes = params.get("changes")
+        if not isinstance(changes, dict) or not changes:
+            raise InvalidInput("'changes' must be an object of setting keys and values")
+        await asyncio.to_thread(save_settings, config_file, changes)
+        await watcher.reload()
+        return {"settings": service.settings.to_dict()}
+
     async def on_settings(new: Any, errs: list[Any], changed: set[str]) -> None:
         nonlocal watcher_errors
         service.settings = new
@@ -97,7 +110,11 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
             },
         )
 
-    handlers = service.handlers() | {"daemon.stop": daemon_stop, "settings.get": settings_get}
+    handlers = service.handlers() | {
+        "daemon.stop": daemon_stop,
+        "settings.get": settings_get,
+        "settings.set": settings_set,
+    }
     server = RpcServer(sock, handlers)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -107,6 +124,7 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
     await watcher.start()
     await service.recover()
     maintenance = asyncio.ensure_future(_maintain(service))
+    monitor = asyncio.ensure_future(_watch_ollama(service, broadcast))
     log.info("navi daemon %d listening on %s", os.getpid(), sock)
     if ready is not None:
         ready.set()
@@ -115,12 +133,34 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
     finally:
         log.info("stopping: ending open sessions")
         maintenance.cancel()
+        monitor.cancel()
         await watcher.stop()
         await service.shutdown()
         await server.stop()
         with contextlib.suppress(FileNotFoundError):
             sock.unlink()
         os.close(lock)
+
+
+async def _watch_ollama(service: Any, broadcast: Any, every_s: float = OLLAMA_CHECK_S) -> None:
+    """Tell subscribers when Ollama comes up or goes away (the TUI's banner)."""
+    last: tuple[bool, str | None] | None = None
+    while True:
+        health = await service.backend().health()
+        state = (health.reachable, health.error)
+        if state != last:
+            last = state
+            await broadcast(
+                "ollama",
+                "ollama.state",
+                {
+                    "host": health.host,
+                    "reachable": health.reachable,
+                    "version": health.version,
+                    "error": health.error,
+                },
+            )
+        await asyncio.sleep(every_s)
 
 
 async def _maintain(service: Any) -> None:

@@ -134,12 +134,16 @@ class Service:
         )
         return report
 
+    def idle_seconds(self) -> float:
+        """How long a session may sit without a message before it is ended."""
+        return self.settings.memory.inactivity_timeout_min * 60.0
+
     def _touch(self, profile: str, session_id: str) -> None:
         """Restart the session's inactivity timer."""
         key = (profile, session_id)
         if (old := self._timers.get(key)) is not None:
             old.cancel()
-        delay = self.settings.memory.inactivity_timeout_min * 60
+        delay = self.idle_seconds()
 
         async def expire() -> None:
             await asyncio.sleep(delay)

@@ -1,0 +1,114 @@
+"""The daemon's service in-process: the inactivity timer ends a session through the seam,
+settings are applied, and Ollama's state changes reach subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from navi_desktop.config import load_settings
+from navi_desktop.daemon.main import _watch_ollama
+from navi_desktop.daemon.service import Service
+from navi_desktop.llm.types import Health
+from navi_desktop.paths import Paths
+from tests.fake_ollama import FakeOllama, Reply
+from tests.pipeline_helpers import MODELS, extraction, fact, profile
+
+
+class Peer:
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, dict]] = []
+
+    async def notify(self, method: str, params: dict) -> bool:
+        self.notes.append((method, params))
+        return True
+
+
+class QuickService(Service):
+    def idle_seconds(self) -> float:
+        return 0.3
+
+
+@pytest.fixture
+async def setup(tmp_path):
+    async with FakeOllama(MODELS) as fake:
+        config = tmp_path / "config.toml"
+        config.write_text(
+            f'[ollama]\nhost = "{fake.url}"\n[memory]\nembedder = "none"\nprofile = "me"\n'
+        )
+        settings, errors = load_settings(config)
+        assert errors == []
+        sent: list[tuple[str, str, dict]] = []
+
+        async def broadcast(topic, method, params):
+            sent.append((topic, method, params))
+
+        service = QuickService(Paths.from_env({"NAVI_HOME": str(tmp_path)}), settings, broadcast)
+        try:
+            yield fake, service, sent
+        finally:
+            await service.shutdown(budget_s=5)
+
+
+async def test_inactivity_ends_the_session_and_writes_memories(setup):
+    fake, service, sent = setup
+    said = "I work as a marine biologist."
+    fake.script(
+        Reply("How interesting!"),
+        extraction(
+            [fact("job", "marine biologist", "I work as a marine biologist", category="profile")],
+            summary="The user talked about their job.",
+        ),
+        profile("The user is a marine biologist."),
+    )
+    peer = Peer()
+    result = await service.chat_send({"text": said}, peer)
+    assert result["reply"] == "How interesting!"
+    assert "".join(p["text"] for m, p in peer.notes if m == "chat.delta") == "How interesting!"
+    store = await service.store("me")
+    assert (await store.get_session(result["session_id"])).state == "open"
+
+    for _ in range(100):  # the 0.3 s timer, then extraction through the fake
+        await asyncio.sleep(0.05)
+        if (await store.get_session(result["session_id"])).state == "ended":
+            break
+    assert (await store.get_session(result["session_id"])).state == "ended"
+    facts, _ = await store.list_memories(kind="fact")
+    assert [m.value for m in facts] == ["marine biologist"]
+    assert ("sessions", "session.state") in {(t, m) for t, m, _ in sent}
+    assert any(m == "memory.changed" for _, m, _ in sent)
+
+
+async def test_a_new_message_restarts_the_timer(setup):
+    fake, service, _ = setup
+    peer = Peer()
+    first = await service.chat_send({"text": "one"}, peer)
+    await asyncio.sleep(0.2)
+    await service.chat_send({"text": "two", "session_id": first["session_id"]}, peer)
+    await asyncio.sleep(0.2)  # 0.4 s since the first message, 0.2 s since the last
+    store = await service.store("me")
+    assert (await store.get_session(first["session_id"])).state == "open"
+
+
+async def test_ollama_state_changes_are_broadcast_once_each():
+    states = [Health(True, "h", "1"), Health(True, "h", "1"), Health(False, "h", error="down")]
+
+    class Backend:
+        async def health(self):
+            return states.pop(0) if len(states) > 1 else states[0]
+
+    class Stub:
+        def backend(self):
+            return Backend()
+
+    sent = []
+
+    async def broadcast(topic, method, params):
+        sent.append((topic, method, params["reachable"]))
+
+    task = asyncio.ensure_future(_watch_ollama(Stub(), broadcast, every_s=0.01))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert sent == [("ollama", "ollama.state", True), ("ollama", "ollama.state", False)]
