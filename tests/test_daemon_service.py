@@ -81,7 +81,7 @@ async def test_inactivity_ends_the_session_and_writes_memories(setup):
 
 
 async def test_a_new_message_restarts_the_timer(setup):
-    fake, service, _ = setup
+    _, service, _ = setup
     peer = Peer()
     first = await service.chat_send({"text": "one"}, peer)
     await asyncio.sleep(0.2)
