@@ -112,3 +112,29 @@ async def test_ollama_state_changes_are_broadcast_once_each():
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert sent == [("ollama", "ollama.state", True), ("ollama", "ollama.state", False)]
+
+
+async def test_pending_sessions_are_retried_when_due(setup, monkeypatch):
+    fake, service, _ = setup
+    peer = Peer()
+    fake.script(Reply("ok"), Reply("this is not json"))
+    sid = (await service.chat_send({"text": "I live in Oslo"}, peer))["session_id"]
+    report = await service.end("me", sid, "explicit")
+    assert report.status == "pending"
+    assert await service.retry_due() == 0  # not due yet: backoff
+
+    import navi_desktop.memory.sessions as sessions
+
+    monkeypatch.setattr(sessions, "now_iso", lambda: "2999-01-01T00:00:00.000Z")
+    fake.script(
+        extraction([fact("city", "Oslo", "I live in Oslo", category="profile")]),
+        profile("Lives in Oslo."),
+    )
+    assert await service.retry_due() == 1
+    store = await service.store("me")
+    for _ in range(100):
+        await asyncio.sleep(0.02)
+        if (await store.get_session(sid)).state == "ended":
+            break
+    assert (await store.get_session(sid)).state == "ended"
+    assert [m.value for m in (await store.list_memories(kind="fact"))[0]] == ["Oslo"]

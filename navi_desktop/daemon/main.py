@@ -21,6 +21,7 @@ from navi_desktop.paths import Paths, ensure_private_dir
 log = logging.getLogger("navi.daemon")
 MAINTENANCE_EVERY_S = 6 * 3600
 OLLAMA_CHECK_S = 30.0
+RETRY_CHECK_S = 60.0
 
 
 class DaemonRunning(InvalidInput):
@@ -166,8 +167,16 @@ async def _watch_ollama(service: Any, broadcast: Any, every_s: float = OLLAMA_CH
 async def _maintain(service: Any) -> None:
     from navi_desktop.pipeline.maintenance import run_maintenance
 
+    last = time.monotonic()
     while True:
-        await asyncio.sleep(MAINTENANCE_EVERY_S)
+        await asyncio.sleep(RETRY_CHECK_S)
+        try:
+            await service.retry_due()  # failed session ends, on their backoff schedule
+        except Exception:
+            log.exception("retrying pending sessions failed")
+        if time.monotonic() - last < MAINTENANCE_EVERY_S:
+            continue
+        last = time.monotonic()
         for profile in list(service._stores):
             try:
                 await run_maintenance(

@@ -161,6 +161,16 @@ class Service:
             for session in await store.sessions_to_process(include_open=True):
                 self._spawn(self.end(profile, session.id, "recovery"))
 
+    async def retry_due(self) -> int:
+        """Run the session end again for pending sessions whose retry time has come."""
+        started = 0
+        for profile, store in list(self._stores.items()):
+            for session in await store.sessions_to_process():
+                if session.state == "pending" and (profile, session.id) not in self._ending:
+                    self._spawn(self.end(profile, session.id, "retry"))
+                    started += 1
+        return started
+
     async def shutdown(self, budget_s: float = 20.0) -> None:
         """End every open session within ``budget_s``, then close the files."""
         for task in list(self._turns.values()):
