@@ -25,6 +25,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("COLUMNS", "200")
     # Text-only search, so "no match" is a meaningful answer; semantic search has its own test.
     monkeypatch.setenv("NAVI_EMBEDDER", "none")
+    # These tests cover the commands on the file itself; the daemon path has its own tests.
+    monkeypatch.setenv("NAVI_DAEMON", "off")
     return tmp_path
 
 
@@ -640,7 +642,7 @@ def test_stats_json_and_human(cli, cli_json, home):
 
 
 def test_subprocess_end_to_end(tmp_path):
-    env = {**os.environ, "NAVI_HOME": str(tmp_path), "COLUMNS": "120"}
+    env = {**os.environ, "NAVI_HOME": str(tmp_path), "COLUMNS": "120", "NAVI_DAEMON": "off"}
 
     def navi(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

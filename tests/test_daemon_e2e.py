@@ -157,3 +157,18 @@ def test_settings_set_keeps_comments_and_broadcasts(env):
     assert note.method == "settings.changed" and "memory.budget_tokens" in note.params["changed"]
     text = (home / "config" / "config.toml").read_text()
     assert text.startswith("# test settings") and "budget_tokens = 500" in text
+
+
+def test_memory_command_starts_the_daemon(env):
+    _, environ, home = env
+    environ = {k: v for k, v in environ.items() if k != "NAVI_DAEMON"}
+    added = navi(environ, "memory", "add", "--profile", "tester", "editor", "helix")
+    assert added.returncode == 0, added.stderr
+    status = navi(environ, "daemon", "status", "--json")
+    assert json.loads(status.stdout)["running"]
+    corrupt = home / "data" / "profiles" / "broken" / "memory.db"
+    corrupt.parent.mkdir(parents=True)
+    corrupt.write_bytes(b"garbage" * 100)
+    bad = navi(environ, "memory", "list", "--profile", "broken")
+    assert bad.returncode == 2 and str(corrupt) in bad.stderr
+    assert corrupt.read_bytes() == b"garbage" * 100

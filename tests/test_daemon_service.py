@@ -138,3 +138,9 @@ async def test_pending_sessions_are_retried_when_due(setup, monkeypatch):
             break
     assert (await store.get_session(sid)).state == "ended"
     assert [m.value for m in (await store.list_memories(kind="fact"))[0]] == ["Oslo"]
+
+
+async def test_concurrent_first_uses_open_the_profile_once(setup):
+    _, service, _ = setup
+    stores = await asyncio.gather(*(service.store("me") for _ in range(5)))
+    assert all(s is stores[0] for s in stores)

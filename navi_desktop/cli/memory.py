@@ -8,6 +8,7 @@ The engine is imported inside the commands so that ``navi --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from navi_desktop.cli.output import (
     truncate,
     write_atomic,
 )
-from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.errors import InvalidInput, NaviError, NotFound
 
 if TYPE_CHECKING:
     from navi_desktop.memory import Memory, MemoryStore
@@ -197,16 +198,24 @@ def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
 
 
 async def _running_daemon(paths: Any) -> Any:
-    """A client of the running daemon, or None when none answers (it is not started)."""
+    """A client of the daemon, started when none answers; None when NAVI_DAEMON=off (scripts
+    and tests that must not leave a background process), or when it cannot start (then the
+    command works on the file directly, which SQLite's locking makes safe)."""
     from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
-    from navi_desktop.daemon.main import socket_path
+    from navi_desktop.daemon.main import socket_path, start_background
 
-    sock = socket_path(paths)
-    if not sock.exists():
+    if os.environ.get("NAVI_DAEMON", "on") == "off":
         return None
+    sock = socket_path(paths)
     try:
         return await DaemonClient.connect(sock, timeout=2.0)
     except DaemonUnavailable:
+        pass
+    try:
+        await asyncio.to_thread(start_background, paths)
+        return await DaemonClient.connect(sock, timeout=2.0)
+    except NaviError as exc:
+        print(f"navi: {exc}; using the memory file directly", file=sys.stderr)
         return None
 
 
@@ -233,7 +242,6 @@ def _with_store(
     With ``memory_id``, a profile that has no file yet is not created just to say the id is
     unknown.
     """
-    import asyncio
 
     from navi_desktop.memory import MemoryStore
     from navi_desktop.memory.db import DbError

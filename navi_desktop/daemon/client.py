@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +25,7 @@ __all__ = [
     "DaemonClient",
     "DaemonUnavailable",
     "Notification",
+    "RemoteCorruptDatabase",
     "RemoteInvalidInput",
     "RemoteNotFound",
     "RpcCallError",
@@ -78,6 +79,10 @@ class RemoteNotFound(RpcCallError, NotFound):
     """The call named something that does not exist (-32001)."""
 
 
+class RemoteCorruptDatabase(RpcCallError, CorruptDatabase):
+    """The daemon found the profile's file damaged or foreign (and left it untouched)."""
+
+
 class Notification(NamedTuple):
     method: str
     params: Any
@@ -96,6 +101,8 @@ def error_from_reply(error: Any) -> RpcCallError:
         cls = RemoteNotFound
     elif code == INVALID_PARAMS or kind == "InvalidInput":
         cls = RemoteInvalidInput
+    elif kind == "CorruptDatabase":
+        cls = RemoteCorruptDatabase
     return cls(message, code=code, kind=kind, data=data)
 
 

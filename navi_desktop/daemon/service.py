@@ -44,6 +44,7 @@ class Service:
         self.broadcast = broadcast
         self.started = time.monotonic()
         self._stores: dict[str, MemoryStore] = {}
+        self._opening: dict[str, asyncio.Future[MemoryStore]] = {}
         self._backend: OllamaBackend | None = None
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._turns: dict[str, asyncio.Task[Any]] = {}
@@ -58,10 +59,20 @@ class Service:
         return check_profile_name(str(name))
 
     async def store(self, profile: str) -> MemoryStore:
+        """The profile's store, opened once: concurrent first uses share one open (a second
+        connection would be left behind, and its thread keeps the process from exiting)."""
         if profile not in self._stores:
-            self._stores[profile] = await MemoryStore.open(
-                self.paths.profile_db(profile), embedder=self._embedder()
-            )
+            if profile not in self._opening:
+                self._opening[profile] = asyncio.ensure_future(
+                    MemoryStore.open(self.paths.profile_db(profile), embedder=self._embedder())
+                )
+            opening = self._opening[profile]
+            try:
+                store = await asyncio.shield(opening)
+            finally:
+                if opening.done():
+                    self._opening.pop(profile, None)
+            self._stores.setdefault(profile, store)
         return self._stores[profile]
 
     def _embedder(self) -> Any:
