@@ -17,9 +17,7 @@ import contextlib
 import dataclasses
 import difflib
 import math
-import os
 import re
-import tempfile
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
@@ -29,6 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.fileio import write_private_atomic
 from navi_desktop.llm.types import resolve_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
@@ -496,7 +495,7 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
     if new_text == old_text or (old_text is None and new_text == _HEADER):
         return  # nothing to change (e.g. unsetting keys of a file that does not exist)
     tomllib.loads(new_text)  # never write a file we could not read back
-    _write_atomic(target, new_text)
+    write_private_atomic(target, new_text)
 
 
 def _apply(doc: Any, section: str, name: str, value: Any, tomlkit: Any) -> None:
@@ -564,25 +563,3 @@ def _same(old: Any, new: Any) -> bool:
 
 def _unwrap(item: Any) -> Any:
     return item.unwrap() if hasattr(item, "unwrap") else item
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Temp file in the same folder, fsync, rename over, fsync the folder. Mode 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)

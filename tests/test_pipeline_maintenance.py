@@ -4,30 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.maintenance import reflect, run_maintenance
-from tests.fake_ollama import FakeOllama, Reply
-from tests.pipeline_helpers import MODELS, SETTINGS, make_backend
-
-
-@pytest.fixture
-async def fake():
-    async with FakeOllama(MODELS) as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(fake):
-    async with make_backend(fake) as backend:
-        yield backend
-
-
-@pytest.fixture
-async def store(tmp_path):
-    async with await MemoryStore.open(tmp_path / "memory.db") as s:
-        yield s
+from tests.fake_ollama import Reply
+from tests.pipeline_helpers import SETTINGS
 
 
 def insights(*texts):

@@ -16,10 +16,9 @@ from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.extraction import EXTRACTION_SCHEMA, MERGE_SCHEMA, PROFILE_SCHEMA
 from navi_desktop.pipeline.session_end import EndSettings, end_session
 from navi_desktop.pipeline.transcript import TOOL_RESULT_LIMIT, chunks, transcript_lines
-from tests.fake_ollama import FakeOllama, Reply
+from tests.fake_ollama import Reply
 from tests.pipeline_helpers import (
     MODEL,
-    MODELS,
     SETTINGS,
     chat_bodies,
     extraction,
@@ -34,24 +33,6 @@ from tests.pipeline_helpers import (
     rule,
     say,
 )
-
-
-@pytest.fixture
-async def fake():
-    async with FakeOllama(MODELS) as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(fake):
-    async with make_backend(fake) as backend:
-        yield backend
-
-
-@pytest.fixture
-async def store(tmp_path):
-    async with await MemoryStore.open(tmp_path / "memory.db") as s:
-        yield s
 
 
 async def learn(store, llm, fake, turns, *replies, sid=None, settings=SETTINGS):

@@ -21,35 +21,15 @@ from navi_desktop.pipeline.context import (
 from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import end_session
 from navi_desktop.pipeline.tools import TOOLS, MemoryTools
-from tests.fake_ollama import FakeOllama, Reply
+from tests.fake_ollama import Reply
 from tests.fakes import BagOfWordsEmbedder
 from tests.pipeline_helpers import (
     MODEL,
-    MODELS,
     NO_TOOLS_MODEL,
     SETTINGS,
     chat_bodies,
-    make_backend,
     new_session,
 )
-
-
-@pytest.fixture
-async def fake():
-    async with FakeOllama(MODELS) as server:
-        yield server
-
-
-@pytest.fixture
-async def llm(fake):
-    async with make_backend(fake) as backend:
-        yield backend
-
-
-@pytest.fixture
-async def store(tmp_path):
-    async with await MemoryStore.open(tmp_path / "memory.db") as s:
-        yield s
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from navi_desktop.cli.output import (
     table,
     terminal_width,
     truncate,
-    write_atomic,
 )
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.fileio import write_private_atomic
 
 if TYPE_CHECKING:
     from navi_desktop.memory import Memory, MemoryStore
@@ -672,7 +672,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     target = Path(args.output)
     try:
-        write_atomic(target, text)
+        write_private_atomic(target, text)
     except OSError as exc:
         raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     count = len(data["memories"])

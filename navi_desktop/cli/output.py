@@ -5,16 +5,12 @@ Standard library only, so importing it costs nothing at startup.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import shutil
 import sys
-import tempfile
 import unicodedata
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 # C0/C1 control characters (and DEL): stored text may come from imports or conversations and
@@ -105,21 +101,3 @@ def human_size(n: int) -> str:
             return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} bytes"  # pragma: no cover
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a private temp file in the same folder and os.replace,
-    so a reader never sees half a file and the result is readable by its owner only (0600)."""
-    folder = path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
