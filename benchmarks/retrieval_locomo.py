@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from navi_desktop.memory import MemoryStore
-from navi_desktop.memory.embedders import Embedder, embedder_by_name, local_embedder_available
+from navi_desktop.memory.embedders import Embedder, embedder_by_name
 
 CATEGORY_NAMES = {
     1: "multi-hop",
@@ -131,12 +131,9 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
     args = parser.parse_args()
-    name = args.embedder
-    if name == "auto":
-        name = "local" if local_embedder_available() else "none"
     data = json.loads(args.data.read_text())
     with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(run(data, embedder_by_name(name), Path(tmp)))
+        result = asyncio.run(run(data, embedder_by_name(args.embedder), Path(tmp)))
     print(
         f"embedder {result['embedder']}: R@5 {result['recall_at_5']}  "
         f"R@10 {result['recall_at_10']}  ({result['questions']} questions, categories 1-4)"

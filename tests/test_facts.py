@@ -162,3 +162,10 @@ async def test_accepting_a_held_value_replaces_the_current_one(store):
     assert accepted.status == "active"
     old = await store.get(current.id)
     assert old.status == "superseded" and old.superseded_by == held.id
+
+
+async def test_messages_can_be_read_from_the_end(store):
+    session = await store.create_session()
+    ids = [(await store.save_message(session.id, "user", f"m{i}")).id for i in range(5)]
+    assert [m.id for m in await store.messages(session.id, last=2)] == ids[-2:]
+    assert [m.id for m in await store.messages(session.id)] == ids

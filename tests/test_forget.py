@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from navi_desktop.errors import NotFound
 from navi_desktop.memory import MemoryStore
 from tests.fakes import BagOfWordsEmbedder
 
@@ -107,5 +108,5 @@ async def test_forgetting_an_old_version_keeps_the_current_one(tmp_path):
         await store.forget(old.id)
         current = await store.get(new.id)
         assert current.status == "active" and current.value == "Lisbon"
-        with pytest.raises(Exception, match="no memory"):
+        with pytest.raises(NotFound, match="no memory"):
             await store.get(old.id)

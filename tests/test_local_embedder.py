@@ -33,3 +33,10 @@ async def test_vectors_are_normalised_and_sized(embedder):
     vectors = await embedder.embed(["hello", "bonjour"], query=False)
     assert vectors.shape == (2, 384)
     assert abs(float((vectors[0] ** 2).sum()) - 1.0) < 1e-3
+
+
+def test_auto_picks_the_installed_offline_embedder():
+    from navi_desktop.memory.embedders import embedder_by_name
+
+    assert isinstance(embedder_by_name("auto"), LocalEmbedder)
+    assert embedder_by_name("none") is None

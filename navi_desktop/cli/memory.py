@@ -221,13 +221,11 @@ async def _running_daemon(paths: Any) -> Any:
 
 def _embedder() -> Embedder | None:
     """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
-    from navi_desktop.memory.embedders import embedder_by_name, local_embedder_available
+    from navi_desktop.memory.embedders import embedder_by_name
 
     choice = os.environ.get("NAVI_EMBEDDER", "auto")
     if choice not in ("auto", "local", "none"):
         raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
-    if choice == "auto":
-        choice = "local" if local_embedder_available() else "none"
     return embedder_by_name(choice)
 
 

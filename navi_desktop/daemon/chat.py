@@ -104,7 +104,8 @@ async def run_turn(
 ) -> TurnResult:
     """A turn in a normal session. The user's message is stored before anything can fail:
     an acknowledged message is never lost."""
-    earlier = await store.messages(session_id)
+    # Tool calls and results sit between turns: read enough to find HISTORY_MESSAGES turns.
+    earlier = await store.messages(session_id, last=2 * HISTORY_MESSAGES)
     user = await store.save_message(session_id, "user", text)
     history = [
         {"role": m.role, "content": m.content}

@@ -188,7 +188,7 @@ class Service:
             task.cancel()
         for timer in list(self._timers.values()):
             timer.cancel()
-        pending = [(p, s) for (p, s) in list(self._timers)]
+        pending = list(self._timers)
         self._timers.clear()
         for profile, store in self._stores.items():
             for session in await store.sessions_to_process(include_open=True):
@@ -411,7 +411,7 @@ class Service:
         profile = self.profile(params)
         store = await self.store(profile)
         if params.get("all"):
-            for sid in [s for s in self._incognito]:
+            for sid in list(self._incognito):
                 self._incognito.pop(sid).discard()
             ids = [s.id for s in await store.sessions_to_process(include_open=True)]
         else:

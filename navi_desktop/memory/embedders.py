@@ -107,9 +107,12 @@ def local_embedder_available() -> bool:
 
 
 def embedder_by_name(name: str) -> Embedder | None:
-    """Embedders that need no server: 'local', or 'none' for text-only search."""
+    """Embedders that need no server: 'local', 'none' for text-only search, or 'auto' (the
+    offline embedder when it is installed, else none)."""
+    if name == "auto":
+        name = "local" if local_embedder_available() else "none"
     if name == "none":
         return None
     if name == "local":
         return LocalEmbedder()
-    raise InvalidInput(f"unknown embedder {name!r}: choose 'local' or 'none'")
+    raise InvalidInput(f"unknown embedder {name!r}: choose 'auto', 'local' or 'none'")

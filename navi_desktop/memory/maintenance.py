@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
@@ -141,7 +140,7 @@ class MaintenanceOps:
     async def decay(
         self: MemoryStore, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()
     ) -> DecayReport:
-        when = parse_iso(now) if now else datetime.now(parse_iso(now_iso()).tzinfo)
+        when = parse_iso(now or now_iso())
         report = DecayReport(archived=[])
         async with self.db.transaction():
             rows = await self.db.fetchall(

@@ -176,11 +176,15 @@ class MemoryStore(
             await self._index_message(row, previous)
         return Message.from_row(row)
 
-    async def messages(self, session_id: str, *, after_id: int = 0) -> list[Message]:
+    async def messages(
+        self, session_id: str, *, after_id: int = 0, last: int | None = None
+    ) -> list[Message]:
+        """A session's messages in order: those after ``after_id``, or only the ``last`` N."""
         async with self.db.reading():
             rows = await self.db.fetchall(
-                "SELECT * FROM messages WHERE session_id = ? AND id > ? ORDER BY id",
-                (session_id, after_id),
+                "SELECT * FROM (SELECT * FROM messages WHERE session_id = ? AND id > ?"
+                " ORDER BY id DESC LIMIT ?) ORDER BY id",
+                (session_id, after_id, -1 if last is None else last),
             )
         return [Message.from_row(r) for r in rows]
 

@@ -30,6 +30,7 @@ from navi_desktop.pipeline.extraction import (
     extraction_messages,
     parse_extraction,
 )
+from navi_desktop.pipeline.policy import squash
 from navi_desktop.pipeline.reconcile import Planned, Similarity, plan
 from navi_desktop.pipeline.transcript import CHUNK_CHARS, chunks, transcript_lines
 
@@ -211,8 +212,6 @@ def _write(p: Planned, session_id: str, messages: list) -> SessionWrite | None:
 
 def _span(evidence: str, messages: list) -> int | None:
     """The id of the message the evidence quote comes from."""
-    from navi_desktop.pipeline.policy import squash
-
     quote = squash(evidence)
     for m in messages:
         if quote and quote in squash(m.content):
