@@ -145,6 +145,9 @@ class _Ndjson:
 
     async def end(self) -> None:
         self.gone.cancel()
+        # Let the cancelled read finish before the connection reads its next request.
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self.gone
         self.writer.write(b"0\r\n\r\n")
         await self.writer.drain()
 

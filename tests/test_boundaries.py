@@ -24,3 +24,30 @@ def test_engine_imports_no_ui_and_no_ollama():
 def test_cli_entry_is_light():
     modules = imported_after("import navi_desktop.cli")
     assert not {"textual", "ollama", "numpy", "aiosqlite"} & modules
+
+
+def test_the_app_imports_no_ollama_and_no_engine():
+    """The TUI is a client of the daemon: loading every screen pulls in neither the Ollama
+    client nor the database layer."""
+    modules = imported_after(
+        "import navi_desktop.tui.app, navi_desktop.tui.chat.screen,"
+        " navi_desktop.tui.inspector.screen, navi_desktop.tui.settings.screen"
+    )
+    assert "textual" in modules
+    assert not {"ollama", "httpx", "aiosqlite", "sqlite_vec", "numpy"} & modules
+
+
+def test_only_the_tui_imports_textual():
+    import pathlib
+
+    root = pathlib.Path(__file__).parent.parent / "navi_desktop"
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if "tui" not in path.relative_to(root).parts
+        and any(
+            line.lstrip().startswith(("import textual", "from textual"))
+            for line in path.read_text().splitlines()
+        )
+    ]
+    assert offenders == []

@@ -85,10 +85,10 @@ def assert_user_error(result: tuple[int, str, str], *needles: str) -> None:
 # -- basic commands ---------------------------------------------------------------------------
 
 
-def test_no_arguments_prints_help(home, capsys):
-    assert run([]) == 0
+def test_help_lists_the_commands_and_the_app_options(home, capsys):
+    assert run(["--help"]) == 0
     out = capsys.readouterr().out
-    assert "usage: navi" in out and "memory" in out
+    assert "usage: navi" in out and "memory" in out and "--incognito" in out
 
 
 def test_memory_group_without_command_prints_its_help(cli):

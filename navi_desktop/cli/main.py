@@ -35,11 +35,27 @@ def build_parser() -> argparse.ArgumentParser:
         description="Navi Desktop: a local-first terminal assistant that remembers you.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "--incognito", action="store_true", help="open the app in incognito: nothing is saved"
+    )
+    parser.add_argument(
+        "--profile", dest="app_profile", metavar="NAME", help="memory profile for the app"
+    )
     parser.set_defaults(help_parser=parser)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
     memory.register(commands)
     daemon_cmds.register(commands)
     return parser
+
+
+def run_app(args: argparse.Namespace) -> int:
+    """``navi`` alone opens the app (imported here: the commands never load Textual)."""
+    from navi_desktop.paths import Paths, check_profile_name
+    from navi_desktop.tui.app import NaviApp
+
+    profile = check_profile_name(args.app_profile) if args.app_profile else None
+    NaviApp(Paths.from_env(), profile=profile, incognito=args.incognito or None).run()
+    return 0
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -51,8 +67,10 @@ def run(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     handler = getattr(args, "handler", None)
     if handler is None:
-        args.help_parser.print_help()
-        return 0
+        if args.help_parser is not parser:  # a command group without its command
+            args.help_parser.print_help()
+            return 0
+        handler = run_app
     try:
         return handler(args)
     except (InvalidInput, CorruptDatabase) as err:  # the request itself is wrong

@@ -15,6 +15,7 @@ from navi_desktop.pipeline.tools import TOOLS, MemoryTools
 
 if TYPE_CHECKING:
     from navi_desktop.llm.backend import OllamaBackend
+    from navi_desktop.memory.models import Message
     from navi_desktop.memory.store import MemoryStore
     from navi_desktop.pipeline.incognito import IncognitoSession
 
@@ -101,12 +102,22 @@ async def run_turn(
     emit: Emit,
     context: ContextSettings,
     use_tools: bool,
+    reuse_user: Message | None = None,
 ) -> TurnResult:
     """A turn in a normal session. The user's message is stored before anything can fail:
-    an acknowledged message is never lost."""
+    an acknowledged message is never lost. ``reuse_user``: answer this stored message again
+    (regenerate; its old reply already dropped) instead of saving ``text``."""
     # Tool calls and results sit between turns: read enough to find HISTORY_MESSAGES turns.
-    earlier = await store.messages(session_id, last=2 * HISTORY_MESSAGES)
-    user = await store.save_message(session_id, "user", text)
+    if reuse_user is None:
+        earlier = await store.messages(session_id, last=2 * HISTORY_MESSAGES)
+        user = await store.save_message(session_id, "user", text)
+    else:
+        earlier = [
+            m
+            for m in await store.messages(session_id, last=2 * HISTORY_MESSAGES + 1)
+            if m.id < reuse_user.id
+        ]
+        user = reuse_user
     history = [
         {"role": m.role, "content": m.content}
         for m in earlier

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,9 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
     }
     server = RpcServer(sock, handlers)
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if threading.current_thread() is threading.main_thread():  # a daemon run in a thread: tests
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     watcher = SettingsWatcher(config_file, on_settings, settings=settings, errors=errors)
     await server.start()
     await watcher.start()

@@ -12,6 +12,7 @@ from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.exchange import ImportReport
 from navi_desktop.memory.facts import WriteResult
 from navi_desktop.memory.forget import ForgetReport
+from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import HistoryEntry, Memory, Message, SearchHit, Signal
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.export_markdown": ("export_markdown", lambda t: t, False),
     "memory.import": ("import_data", asdict, True),
     "memory.stats": ("stats", lambda s: s, False),
+    # what went into the prompt answering a user message (TurnResult.user_message_id)
+    "memory.used": ("injections_for", lambda items: [i.to_dict() for i in items], False),
 }
 
 
@@ -126,6 +129,9 @@ class RemoteMemory:
     async def stats(self) -> dict[str, Any]:
         return await self._call("memory.stats")
 
+    async def injections_for(self, message_id: int) -> list[Injection]:
+        return [_injection(i) for i in await self._call("memory.used", message_id)]
+
     async def backfill_embeddings(self, **options: Any) -> int:
         return 0  # the daemon embeds in the background
 
@@ -143,4 +149,15 @@ def _hit(h: dict[str, Any]) -> SearchHit:
         signals={k: Signal(**v) for k, v in h["signals"].items()},
         memory=Memory(**h["memory"]) if h["memory"] else None,
         message=Message(**h["message"]) if h["message"] else None,
+    )
+
+
+def _injection(i: dict[str, Any]) -> Injection:
+    return Injection(
+        memory_id=i["memory_id"],
+        rank=i["rank"],
+        score=i["score"],
+        signals={k: Signal(**v) for k, v in i["signals"].items()},
+        reason=i["reason"],
+        memory=Memory(**i["memory"]) if i["memory"] else None,
     )

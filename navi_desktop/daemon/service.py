@@ -7,12 +7,12 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon import memory_api
+from navi_desktop.daemon import memory_api, ollama_api
 from navi_desktop.daemon.chat import run_incognito_turn, run_turn
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths, check_profile_name, default_profile
 from navi_desktop.pipeline.context import ContextSettings
@@ -212,9 +212,10 @@ class Service:
     # -- RPC methods -------------------------------------------------------------------------
 
     def handlers(self) -> dict[str, Handler]:
-        return {
+        methods: dict[str, Handler] = {
             "daemon.status": self.status,
             "chat.send": self.chat_send,
+            "chat.regenerate": self.chat_regenerate,
             "chat.cancel": self.chat_cancel,
             "sessions.create": self.sessions_create,
             "sessions.list": self.sessions_list,
@@ -223,7 +224,10 @@ class Service:
             "sessions.delete": self.sessions_delete,
             "sessions.export": self.sessions_export,
             "sessions.end": self.sessions_end,
-        } | {name: self._memory_handler(name) for name in memory_api.METHODS}
+            "sessions.keep": self.sessions_keep,
+        }
+        methods |= ollama_api.handlers(self)
+        return methods | {name: self._memory_handler(name) for name in memory_api.METHODS}
 
     async def _embed_quietly(self, store: MemoryStore) -> None:
         try:
@@ -344,8 +348,9 @@ class Service:
         except Exception:  # the chat call itself reports what is wrong with the server
             return False
 
-    async def _run(self, session_id: str, turn: Awaitable[Any]) -> Any:
+    async def _run(self, session_id: str, turn: Coroutine[Any, Any, Any]) -> Any:
         if session_id in self._turns:
+            turn.close()  # never started: close it rather than leave it un-awaited
             raise InvalidInput(f"session {session_id} is already answering; cancel it first")
         task = asyncio.ensure_future(turn)
         self._turns[session_id] = task
@@ -353,6 +358,71 @@ class Service:
             return await task
         finally:
             self._turns.pop(session_id, None)
+
+    async def chat_regenerate(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        """Answer the session's last user message again, replacing the last reply."""
+        session_id = str(_text(params, "session_id"))
+        model = self.settings.ollama.chat_model
+        context = ContextSettings(budget_tokens=self.settings.memory.budget_tokens)
+
+        async def emit(method: str, data: dict[str, Any]) -> None:
+            await peer.notify(method, data)
+
+        if (session := self._incognito.get(session_id)) is not None:
+            store = await self.store(self.profile(params)) if session.read_memory else None
+
+            async def incognito_turn() -> Any:
+                # Dropped inside the turn: a refused call (already answering) changes nothing.
+                before = list(session.history)
+                text = session.drop_last_turn()
+                try:
+                    return await run_incognito_turn(
+                        session=session,
+                        store=store,
+                        backend=self.backend(),
+                        model=model,
+                        text=text,
+                        emit=emit,
+                        context=context,
+                    )
+                except BaseException:
+                    session.history[:] = before  # a failed answer leaves the old turn in place
+                    raise
+
+            result = await self._run(session_id, incognito_turn())
+            return result.to_dict() | {"incognito": True}
+
+        profile = self.profile(params)
+        store = await self.store(profile)
+        await store.get_session(session_id)
+        use_tools = await self._supports_tools(model)
+
+        async def turn() -> Any:
+            user = await store.drop_last_reply(session_id)
+            return await run_turn(
+                store=store,
+                backend=self.backend(),
+                model=model,
+                session_id=session_id,
+                text=user.content,
+                emit=emit,
+                context=context,
+                use_tools=use_tools,
+                reuse_user=user,
+            )
+
+        try:
+            result = await self._run(session_id, turn())
+        finally:
+            self._touch(profile, session_id)
+        if result.memory_changed:
+            await self.broadcast(
+                "memory", "memory.changed", {"profile": profile, "ids": result.memory_changed}
+            )
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
+        )
+        return result.to_dict() | {"incognito": False}
 
     async def chat_cancel(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
         session_id = _text(params, "session_id")
@@ -405,6 +475,41 @@ class Service:
     async def sessions_export(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
         store = await self.store(self.profile(params))
         return {"markdown": await store.export_session(str(_text(params, "id")))}
+
+    async def sessions_keep(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        """Turn an incognito session into a stored one: from now on it is a normal session
+        (saved, ended after inactivity, learned from)."""
+        session_id = str(_text(params, "id"))
+        incognito = self._incognito.get(session_id)
+        if incognito is None:
+            raise NotFound(f"no incognito session with id {session_id!r}")
+        if session_id in self._turns:
+            raise InvalidInput(f"session {session_id} is answering; wait or cancel it first")
+        title = params.get("title")
+        if title is not None and not isinstance(title, str):
+            raise InvalidInput("'title' must be a string")
+        title = (title or "").strip() or "Kept from incognito"
+        profile = self.profile(params)
+        # Out of the map before the first await: a message sent meanwhile cannot land in it.
+        self._incognito.pop(session_id)
+        try:
+            store = await self.store(profile)
+            created = await store.create_session(title)
+            saved = 0
+            for message in incognito.history:
+                if message["role"] in ("user", "assistant") and message["content"]:
+                    # An empty reply is a cancelled one; chat.send does not store those either.
+                    await store.save_message(created.id, message["role"], message["content"])
+                    saved += 1
+        except BaseException:
+            self._incognito[session_id] = incognito  # not kept: still incognito, nothing lost
+            raise
+        self._touch(profile, created.id)
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": created.id}
+        )
+        kept = await store.get_session(created.id)
+        return kept.to_dict() | {"incognito": False, "messages": saved}
 
     async def sessions_end(self, params: dict[str, Any], peer: Any) -> list[dict[str, Any]]:
         """End one session (``id``) or every unprocessed one (``all``) now."""

@@ -260,6 +260,45 @@ class SessionAdminOps:
             await self._drop_orphan_entities()
         return int(count or 0)
 
+    async def drop_last_reply(self: MemoryStore, session_id: str) -> Message:
+        """Delete everything after the session's last user message (the reply, and tool calls
+        and results), with its index entries and that turn's ledger rows, so the message can be
+        answered again. Returns the user message."""
+        await self.get_session(session_id)  # NotFound for an unknown id
+        async with self.db.transaction():
+            row = await self.db.fetchone(
+                "SELECT * FROM messages WHERE session_id = ? AND role = 'user'"
+                " ORDER BY id DESC LIMIT 1",
+                (session_id,),
+            )
+            if row is None:
+                raise InvalidInput(f"session {session_id!r} has no message to answer again")
+            ids = [
+                r[0]
+                for r in await self.db.fetchall(
+                    "SELECT id FROM messages WHERE session_id = ? AND id > ?",
+                    (session_id, row["id"]),
+                )
+            ]
+            # The contentless FTS rows and the bit index are not covered by ON DELETE CASCADE.
+            for mid in ids:
+                await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
+            await self._drop_embeddings("message_id", ids)
+            if ids:
+                await self.db.execute(
+                    "DELETE FROM messages WHERE session_id = ? AND id > ?", (session_id, row["id"])
+                )
+                await self._drop_orphan_entities()
+            # The new answer records what it was given; the old ledger described the old reply.
+            await self.db.execute("DELETE FROM injections WHERE message_id = ?", (row["id"],))
+            # Message ids can be reused once the newest rows are gone: a watermark past the user
+            # message would count the new reply as processed, and the session end would skip it.
+            await self.db.execute(
+                "UPDATE sessions SET processed_upto = min(processed_upto, ?) WHERE id = ?",
+                (row["id"], session_id),
+            )
+        return Message.from_row(row)
+
     async def export_session(self: MemoryStore, session_id: str) -> str:
         """The session as Markdown: title, date, then each message under its speaker."""
         session = await self.get_session(session_id)

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import InvalidInput
 from navi_desktop.pipeline.context import ContextSettings, TurnContext, build_context
 
 if TYPE_CHECKING:
@@ -43,6 +44,16 @@ class IncognitoSession:
             {"role": "user", "content": user_text},
             {"role": "assistant", "content": reply},
         ]
+
+    def drop_last_turn(self) -> str:
+        """Remove the last turn (the user's message and its reply) and return the user's text,
+        to be answered again; the new answer adds the turn back."""
+        for index in range(len(self.history) - 1, -1, -1):
+            if self.history[index]["role"] == "user":
+                text = str(self.history[index]["content"])
+                del self.history[index:]
+                return text
+        raise InvalidInput(f"session {self.id!r} has no message to answer again")
 
     def discard(self) -> None:
         self.history.clear()

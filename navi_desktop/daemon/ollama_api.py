@@ -1,0 +1,99 @@
+"""``ollama.*`` over the socket: the settings screen's model list, connection test and pulls.
+
+``host`` (models, test) asks another server than the configured one, so a host can be tried
+before it is saved; errors leave as the backend's one-line ``LLMError`` s, which say what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing, asynccontextmanager
+from dataclasses import asdict
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.llm.errors import OllamaError
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.service import Service
+    from navi_desktop.llm.backend import OllamaBackend
+
+Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
+
+
+def handlers(service: Service) -> dict[str, Handler]:
+    return {
+        "ollama.models": partial(models, service),
+        "ollama.test": partial(test_connection, service),
+        "ollama.pull": partial(pull, service),
+    }
+
+
+@asynccontextmanager
+async def _backend(service: Service, params: dict[str, Any]) -> AsyncIterator[OllamaBackend]:
+    """The configured backend, or a temporary one for ``host`` (closed afterwards)."""
+    host = params.get("host")
+    if host is None:
+        yield service.backend()
+        return
+    if not isinstance(host, str) or not host.strip():
+        raise InvalidInput("'host' must be a non-empty string")
+    from navi_desktop.llm.backend import OllamaBackend
+
+    async with OllamaBackend(host, timeout=service.settings.ollama.timeout_s) as backend:
+        yield backend
+
+
+async def models(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    """The installed models, each with its capabilities (None where the server gave none)."""
+    async with _backend(service, params) as backend:
+        listing = await backend.models()
+        # Capabilities say which models can chat, call tools or embed (the pickers need it).
+        caps = await asyncio.gather(
+            *(backend.capabilities(m.name) for m in listing), return_exceptions=True
+        )
+        return {
+            "host": backend.host,
+            "models": [
+                asdict(m) | {"capabilities": None if isinstance(c, BaseException) else sorted(c)}
+                for m, c in zip(listing, caps, strict=True)
+            ],
+        }
+
+
+async def test_connection(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    """A connection test that never fails for an unreachable host: ``error`` says why."""
+    async with _backend(service, params) as backend:
+        health = await backend.health()
+    return {
+        "host": health.host,
+        "reachable": health.reachable,
+        "version": health.version,
+        "error": health.error,
+    }
+
+
+async def pull(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    """Download a model on the configured server, sending each progress line to the caller
+    as ``ollama.pull.progress``."""
+    model = params.get("model")
+    if not isinstance(model, str) or not model.strip():
+        raise InvalidInput("'model' must be a non-empty string")
+    status = ""
+    async with aclosing(service.backend().pull(model)) as steps:
+        async for step in steps:
+            status = step.status
+            await peer.notify(
+                "ollama.pull.progress",
+                {
+                    "model": model,
+                    "status": step.status,
+                    "completed": step.completed,
+                    "total": step.total,
+                },
+            )
+    if status != "success":
+        raise OllamaError(f"the pull of '{model}' ended without success (last step: {status!r})")
+    return {"model": model, "status": "success"}

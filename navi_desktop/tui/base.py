@@ -1,0 +1,52 @@
+"""What every Navi screen shares: the problem banner on top, the status line and the key
+footer below, incognito's colour, and daemon notifications delivered to ``on_event``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from navi_desktop.tui.status import Status
+from navi_desktop.tui.widgets.status_line import Banner, StatusLine
+
+if TYPE_CHECKING:
+    from navi_desktop.tui.app import NaviApp
+
+
+class NaviScreen(Screen[None]):
+    @property
+    def navi(self) -> NaviApp:
+        return self.app  # type: ignore[return-value]
+
+    def compose(self) -> ComposeResult:
+        yield Banner()
+        yield from self.compose_body()
+        yield StatusLine()
+        yield Footer()
+
+    def compose_body(self) -> ComposeResult:
+        yield from ()
+
+    _subscribed = False
+
+    def on_mount(self) -> None:
+        # Textual calls on_mount for each class in the MRO, and subclasses may also call
+        # super(): subscribe once, or every notification would arrive twice.
+        if self._subscribed:
+            return
+        self._subscribed = True
+        self.navi.event_signal.subscribe(self, self._event)
+        self.navi.status_signal.subscribe(self, self._status)
+        self._status(self.navi.status)
+
+    def _status(self, status: Status) -> None:
+        self.set_class(status.incognito, "-incognito")
+
+    async def _event(self, event: tuple[str, Any]) -> None:
+        await self.on_daemon(*event)
+
+    async def on_daemon(self, method: str, params: Any) -> None:
+        """A daemon notification (or ``link.state``); screens override what they need."""

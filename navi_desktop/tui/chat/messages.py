@@ -1,0 +1,130 @@
+"""One message in the transcript. Replies stream into their Markdown through
+``Markdown.get_stream`` and get one full update at the end (it closes open code fences)."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Label, Markdown
+from textual.widgets.markdown import MarkdownStream
+
+ROLE_LABEL = {"user": "You", "assistant": "Navi"}
+
+
+class UsedLink(Label, can_focus=True):
+    """The "what did you use?" line under a reply: click it, or focus it and press Enter."""
+
+    BINDINGS = [Binding("enter", "open", "What did you use?", show=False)]
+
+    def on_click(self, event: events.Click) -> None:
+        event.stop()
+        self.action_open()
+
+    def action_open(self) -> None:
+        view = next(a for a in self.ancestors if isinstance(a, MessageView))
+        view.action_used()
+
+
+class MessageView(Vertical, can_focus=True):
+    DEFAULT_CSS = """
+    MessageView { height: auto; padding: 0 1; margin-bottom: 1; }
+    MessageView:focus { background: $boost; }
+    MessageView .role { text-style: bold; color: $accent; }
+    MessageView.-user .role { color: $secondary; }
+    MessageView Markdown { margin: 0; padding: 0; }
+    UsedLink { color: $text-muted; text-style: underline; width: auto; }
+    UsedLink:hover, UsedLink:focus { color: $text; background: $boost; }
+    MessageView .note { color: $text-muted; }
+    """
+    BINDINGS = [
+        Binding("c", "copy", "Copy message", id="navi.message.copy"),
+        Binding("u", "used", "What did you use?", id="navi.message.used"),
+    ]
+
+    class UsedRequested(Message):
+        def __init__(self, view: MessageView) -> None:
+            super().__init__()
+            self.view = view
+
+    def __init__(
+        self,
+        role: str,
+        text: str = "",
+        *,
+        user_message_id: int | None = None,
+        injected: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        super().__init__(classes=f"-{role}")
+        self.role = role
+        self.text = text
+        self.user_message_id = user_message_id  # the turn's user message: the ledger's key
+        self.injected = injected
+        self.note = note
+        self._stream: MarkdownStream | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Label(ROLE_LABEL.get(self.role, self.role), classes="role")
+        yield Markdown(self.text or ("…" if self.role == "assistant" else ""))
+        if self.note:
+            yield Label(self.note, classes="note")
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    # -- streaming -----------------------------------------------------------------------------
+
+    async def begin_stream(self) -> None:
+        self.text = ""
+        await self.markdown.update("")
+        self._stream = Markdown.get_stream(self.markdown)
+
+    async def write(self, fragment: str) -> None:
+        if self._stream is None:
+            return
+        self.text += fragment
+        await self._stream.write(fragment)
+
+    async def finish(
+        self,
+        text: str,
+        *,
+        user_message_id: int | None = None,
+        injected: int | None = None,
+        note: str | None = None,
+    ) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            await stream.stop()
+        self.text = text
+        await self.markdown.update(text or "*(no reply)*")
+        self.user_message_id = user_message_id
+        self.injected = injected
+        if note:
+            await self.mount(Label(note, classes="note"))
+        await self.add_used_link()
+
+    async def add_used_link(self) -> None:
+        wanted = self.role == "assistant" and self.user_message_id is not None
+        if wanted and not self.query(UsedLink):
+            count = f" ({self.injected})" if self.injected is not None else ""
+            await self.mount(UsedLink(f"what did you use?{count}"))
+
+    async def on_mount(self) -> None:
+        await self.add_used_link()
+
+    # -- actions -------------------------------------------------------------------------------
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.text)
+        self.notify("Message copied to the clipboard")
+
+    def action_used(self) -> None:
+        if self.user_message_id is None:
+            self.notify("Nothing was recorded for this message", severity="warning")
+            return
+        self.post_message(self.UsedRequested(self))

@@ -1,0 +1,453 @@
+"""The chat: sessions beside the transcript, a streamed reply at a time, and incognito.
+
+A reply runs as an exclusive worker that awaits ``chat.send``; its tokens arrive meanwhile
+as ``chat.delta`` notifications and go into the reply's Markdown stream. Sessions are created
+before the first message, so Esc can always name the session to cancel.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import Label
+
+from navi_desktop.tui.base import NaviScreen
+from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.chat.prompt import Prompt
+from navi_desktop.tui.chat.sessions import SessionsPane
+from navi_desktop.tui.chat.used import UsedScreen
+from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
+
+NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
+
+
+class ChatScreen(NaviScreen):
+    DEFAULT_CSS = """
+    ChatScreen #main { height: 1fr; }
+    ChatScreen #chat { width: 1fr; }
+    ChatScreen #chat-title { width: 1fr; padding: 0 1; background: $panel; text-style: bold; }
+    ChatScreen.-incognito #chat-title { background: $error; color: $text; }
+    ChatScreen #transcript { height: 1fr; padding: 1 1 0 1; }
+    ChatScreen.-incognito #transcript { background: $error 8%; }
+    ChatScreen.-incognito Prompt { border: round $error; }
+    ChatScreen #empty { color: $text-muted; padding: 1 2; }
+    """
+    BINDINGS = [
+        Binding("escape", "cancel", "Stop reply", id="navi.chat.cancel"),
+        Binding("ctrl+n", "new_session", "New session", id="navi.chat.new"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="navi.chat.regenerate"),
+        Binding("f5", "used", "What did you use?", id="navi.chat.used"),
+        Binding("f6", "copy_reply", "Copy reply", id="navi.chat.copy", show=False, priority=True),
+        Binding(
+            "ctrl+f", "search_sessions", "Search sessions", id="navi.sessions.search", show=False
+        ),
+        Binding(
+            "f7",
+            "rename_session",
+            "Rename session",
+            id="navi.sessions.rename",
+            show=False,
+            priority=True,
+        ),
+        Binding("f8", "delete_session", "Delete session", id="navi.sessions.delete", show=False),
+        Binding("f9", "export_session", "Export session", id="navi.sessions.export", show=False),
+        Binding("f10", "end_session", "Learn from session now", id="navi.sessions.end", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session_id: str | None = None
+        self.incognito = False
+        self.reply: MessageView | None = None  # the reply being streamed
+
+    # -- layout --------------------------------------------------------------------------------
+
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="main"):
+            yield SessionsPane(id="sessions-pane")
+            with Vertical(id="chat"):
+                yield Label("New chat", id="chat-title")
+                yield VerticalScroll(id="transcript")
+                yield Prompt(id="prompt")
+
+    @property
+    def transcript(self) -> VerticalScroll:
+        return self.query_one("#transcript", VerticalScroll)
+
+    @property
+    def sessions(self) -> SessionsPane:
+        return self.query_one(SessionsPane)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one(Prompt).focus()
+        if self.navi.start_incognito:
+            self._set_incognito(True)
+        self._show_title()
+        self.sessions.reload()
+
+    async def on_daemon(self, method: str, params: Any) -> None:
+        if method == "chat.delta" and self.reply is not None:
+            if isinstance(params, dict) and params.get("session_id") == self.session_id:
+                await self.reply.write(str(params.get("text", "")))
+        elif method in ("session.updated", "session.state") or (
+            method == "link.state" and params.state == "up"
+        ):
+            self.sessions.reload()
+
+    def _show_title(self) -> None:
+        if self.incognito:
+            text = "INCOGNITO · nothing from this chat is saved"
+        else:
+            text = self.sessions.title_of(self.session_id) or "New chat"
+        self.query_one("#chat-title", Label).update(text)
+
+    def _views(self) -> list[MessageView]:
+        return list(self.transcript.query(MessageView))
+
+    def _last_reply(self) -> MessageView | None:
+        views = self._views()
+        return views[-1] if views and views[-1].role == "assistant" else None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel":
+            return self.reply is not None
+        if action == "regenerate":
+            return self.reply is None and self._last_reply() is not None
+        if action in ("used", "copy_reply"):
+            return self._last_reply() is not None
+        if action in NEEDS_SESSION:
+            return self.session_id is not None and not self.incognito
+        return True
+
+    # -- sending -------------------------------------------------------------------------------
+
+    @on(Prompt.Submitted)
+    def _submitted(self, event: Prompt.Submitted) -> None:
+        if self.reply is not None:
+            self.notify("Navi is still answering; Esc stops it", severity="warning")
+            return
+        self.send(event.text)
+
+    @work(exclusive=True, group="reply", exit_on_error=False)
+    async def send(self, text: str | None, regenerate: bool = False) -> None:
+        """Send ``text`` (or regenerate the last reply) and stream the answer."""
+        link = self.navi.link
+        try:
+            if self.session_id is None:
+                params = {"incognito": True} if self.incognito else {"title": _title(text)}
+                created = await link.call("sessions.create", params)
+                self.session_id = created["id"]
+                if not self.incognito:
+                    self.sessions.current = self.session_id
+                    self.sessions.reload()
+                    self.query_one("#chat-title", Label).update(created.get("title") or "New chat")
+        except Exception as err:
+            self.navi.report(err, "Starting a session")
+            prompt = self.query_one(Prompt)
+            if text and not prompt.text:
+                prompt.text = text  # not sent: give the words back instead of losing them
+            return
+        if text is not None:
+            await self._add(MessageView("user", text))
+        reply = MessageView("assistant")
+        await self._add(reply)
+        await reply.begin_stream()
+        self.reply = reply
+        self.refresh_bindings()
+        method = "chat.regenerate" if regenerate else "chat.send"
+        params: dict[str, Any] = {"session_id": self.session_id}
+        if text is not None:
+            params["text"] = text
+        try:
+            result = await link.call(method, params)
+        except Exception as err:
+            self.reply = None
+            await reply.finish(reply.text, note=f"⚠ {err}")
+            self.navi.report(err, "The reply")
+        else:
+            self.reply = None
+            await reply.finish(
+                result.get("reply", ""),
+                user_message_id=result.get("user_message_id"),
+                injected=result.get("injected"),
+                note="(stopped)" if result.get("cancelled") else None,
+            )
+        finally:
+            self.reply = None
+            self.refresh_bindings()
+            self.transcript.scroll_end(animate=False)
+        if not self.incognito:
+            self.sessions.current = self.session_id
+            self.sessions.reload()
+
+    async def _add(self, view: MessageView) -> None:
+        self.query("#empty").remove()
+        await self.transcript.mount(view)
+        self.transcript.scroll_end(animate=False)
+        self.transcript.anchor()
+
+    async def action_cancel(self) -> None:
+        if self.reply is None or self.session_id is None:
+            return
+        try:
+            await self.navi.link.call("chat.cancel", {"session_id": self.session_id})
+        except Exception as err:
+            self.navi.report(err, "Stopping the reply")
+
+    async def action_regenerate(self) -> None:
+        last = self._last_reply()
+        if last is None or self.reply is not None:
+            return
+        await last.remove()
+        self.send(None, regenerate=True)
+
+    def action_copy_reply(self) -> None:
+        if (last := self._last_reply()) is not None:
+            last.action_copy()
+
+    def action_used(self) -> None:
+        if (last := self._last_reply()) is not None:
+            last.action_used()
+
+    @on(MessageView.UsedRequested)
+    def _show_used(self, event: MessageView.UsedRequested) -> None:
+        if event.view.user_message_id is not None:
+            self.app.push_screen(UsedScreen(event.view.user_message_id))
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def action_search_sessions(self) -> None:
+        self.query_one("#session-search").focus()
+
+    @on(SessionsPane.Picked)
+    async def _picked(self, event: SessionsPane.Picked) -> None:
+        await self.action_open_session(event.session_id)
+
+    async def action_open_session(self, session_id: str) -> None:
+        if self.reply is not None:
+            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+            return
+        if self.incognito and not await self._leave_incognito():
+            return
+        try:
+            shown = await self.navi.link.call("sessions.show", {"id": session_id})
+        except Exception as err:
+            self.navi.report(err, "Opening the session")
+            return
+        self.session_id = session_id
+        self.sessions.current = session_id
+        await self._show_messages(shown.get("messages", []))
+        self._show_title()
+        self.refresh_bindings()
+        self.query_one(Prompt).focus()
+
+    async def _show_messages(self, messages: list[dict[str, Any]]) -> None:
+        views: list[MessageView] = []
+        user_id: int | None = None
+        for m in messages:
+            if m["role"] == "user":
+                user_id = m["id"]
+                views.append(MessageView("user", m["content"]))
+            elif m["role"] == "assistant" and m["content"]:
+                cancelled = (m.get("meta") or {}).get("cancelled")
+                views.append(
+                    MessageView(
+                        "assistant",
+                        m["content"],
+                        user_message_id=user_id,
+                        note="(stopped)" if cancelled else None,
+                    )
+                )
+        await self.transcript.remove_children()
+        await self.transcript.mount_all(views)
+        self.transcript.scroll_end(animate=False)
+        self.transcript.anchor()
+
+    async def _clear(self) -> None:
+        await self.transcript.remove_children()
+        self.session_id = None
+        self.sessions.current = None
+        self._show_title()
+        self.refresh_bindings()
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_new_session(self) -> None:
+        if self.reply is not None:
+            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+            return
+        previous = None if self.incognito else self.session_id
+        if self.incognito:
+            if not await self._leave_incognito():
+                return
+            self._set_incognito(True)  # a new chat stays incognito: only Ctrl+O leaves it
+        await self._clear()
+        self.query_one(Prompt).focus()
+        if previous is not None and self._listed(previous):
+            self._end(previous, quiet=True)
+
+    def _listed(self, session_id: str) -> bool:
+        return any(s["id"] == session_id for s in self.sessions.sessions)
+
+    @work(group="end", exit_on_error=False)
+    async def _end(self, session_id: str, quiet: bool = False) -> None:
+        """Learn from a session now (the same path as the inactivity timeout)."""
+        if not quiet:
+            self.notify("Learning from this session…")
+        try:
+            reports = await self.navi.link.call("sessions.end", {"id": session_id})
+        except Exception as err:
+            self.navi.report(err, "Ending the session")
+            return
+        for report in reports:
+            learned = sum(len(ids) for ids in (report.get("learned") or {}).values())
+            if report.get("status") == "pending":
+                self.notify(
+                    f"Not learned yet: {report.get('reason')}; Navi will retry.",
+                    severity="warning",
+                )
+            elif learned or not quiet:
+                self.notify(f"Session ended: {learned} memories learned")
+
+    def action_end_session(self) -> None:
+        if self.session_id is not None and not self.incognito:
+            self._end(self.session_id)
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_rename_session(self) -> None:
+        if self.session_id is None or self.incognito:
+            return
+        current = self.sessions.title_of(self.session_id) or ""
+        title = await self.app.push_screen_wait(TextScreen("Rename session", current))
+        if title is None:
+            return
+        try:
+            await self.navi.link.call("sessions.rename", {"id": self.session_id, "title": title})
+        except Exception as err:
+            self.navi.report(err, "Renaming the session")
+            return
+        self.sessions.reload()
+        self.query_one("#chat-title", Label).update(title)
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_delete_session(self) -> None:
+        if self.session_id is None or self.incognito:
+            return
+        title = self.sessions.title_of(self.session_id) or "this session"
+        answer = await self.app.push_screen_wait(
+            ConfirmScreen(
+                "Delete this session?",
+                f"{title}\n\nIts messages are deleted for good. Memories already learned from "
+                "it stay; forget them in the inspector (F3).",
+                yes="Delete",
+            )
+        )
+        if not confirmed(answer) or self.session_id is None:
+            return
+        try:
+            await self.navi.link.call("sessions.delete", {"id": self.session_id})
+        except Exception as err:
+            self.navi.report(err, "Deleting the session")
+            return
+        await self._clear()
+        self.sessions.reload()
+        self.notify("Session deleted")
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_export_session(self) -> None:
+        if self.session_id is None or self.incognito:
+            return
+        try:
+            reply = await self.navi.link.call("sessions.export", {"id": self.session_id})
+        except Exception as err:
+            self.navi.report(err, "Exporting the session")
+            return
+        title = self.sessions.title_of(self.session_id) or self.session_id
+        path = Path.cwd() / f"navi-session-{_slug(title)}.md"
+        try:
+            from navi_desktop.fileio import write_private_atomic
+
+            write_private_atomic(path, reply["markdown"])
+        except OSError as err:
+            self.navi.report(err, f"Writing {path}")
+            return
+        self.notify(f"Exported to {path}")
+
+    # -- incognito -----------------------------------------------------------------------------
+
+    def _set_incognito(self, on: bool) -> None:
+        self.incognito = on
+        self.navi.set_status(incognito=on)
+        self._show_title()
+        self.refresh_bindings()
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_toggle_incognito(self) -> None:
+        if self.reply is not None:
+            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+            return
+        if self.incognito:
+            if await self._leave_incognito():
+                if self.session_id is None:
+                    await self._clear()
+                else:  # kept: the transcript on screen is now that session's
+                    self.sessions.current = self.session_id
+                    self._show_title()
+            return
+        await self._clear()
+        self._set_incognito(True)
+        self.notify("Incognito: nothing from this chat is saved or learned")
+
+    async def _leave_incognito(self) -> bool:
+        """Leave incognito: discard the transcript (after a confirm) or keep it as a session.
+        Returns False when the user stays."""
+        session_id = self.session_id
+        if session_id is not None and self._views():
+            answer = await self.app.push_screen_wait(
+                ChoiceScreen(
+                    "Leave incognito?",
+                    "This conversation has not been saved. Discard it, or keep it as a "
+                    "normal session (it will then be remembered)?",
+                    [
+                        ("stay", "Stay", "default"),
+                        ("keep", "Keep as session", "primary"),
+                        ("discard", "Discard", "error"),
+                    ],
+                )
+            )
+            if answer not in ("keep", "discard"):
+                return False
+            try:
+                if answer == "keep":
+                    kept = await self.navi.link.call("sessions.keep", {"id": session_id})
+                    self._set_incognito(False)
+                    self.sessions.reload()
+                    self.session_id = kept["id"]
+                    self.notify("Kept as a normal session")
+                    return True
+                await self.navi.link.call("sessions.delete", {"id": session_id})
+            except Exception as err:
+                self.navi.report(err, "Leaving incognito")
+                return False
+        self._set_incognito(False)
+        self.session_id = None
+        self.notify("Incognito off: this chat will be remembered")
+        return True
+
+
+def _title(text: str | None) -> str | None:
+    """A new session's title: its first line, cut at a word near 50 characters."""
+    if not text:
+        return None
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= 50 else line[:50].rsplit(" ", 1)[0] + "…"
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "session"

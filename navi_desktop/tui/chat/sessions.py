@@ -1,0 +1,84 @@
+"""The sessions list beside the chat: search (titles, then the words said), pick one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, OptionList
+from textual.widgets.option_list import Option
+
+from navi_desktop.tui.timefmt import ago
+
+
+class SessionsPane(Vertical):
+    DEFAULT_CSS = """
+    SessionsPane { width: 30; border-right: solid $panel-lighten-2; }
+    SessionsPane Input { margin: 0; }
+    SessionsPane OptionList { height: 1fr; border: none; }
+    """
+
+    class Picked(Message):
+        def __init__(self, session_id: str) -> None:
+            super().__init__()
+            self.session_id = session_id
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.sessions: list[dict[str, Any]] = []
+        self.current: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="Search sessions", id="session-search")
+        yield OptionList(id="sessions")
+
+    @work(exclusive=True, group="sessions", exit_on_error=False)
+    async def reload(self) -> None:
+        link = self.app.link  # type: ignore[attr-defined]
+        try:
+            self.sessions = await link.call("sessions.list", {"limit": 200})
+        except Exception:
+            return  # the banner says why the daemon cannot answer
+        query = self.query_one("#session-search", Input).value.strip()
+        shown = self.sessions
+        if query:
+            shown = await self._matching(query)
+        options = self.query_one("#sessions", OptionList)
+        options.clear_options()
+        for s in shown:
+            label = Text(s.get("title") or "New chat", overflow="ellipsis", no_wrap=True)
+            state = "" if s.get("state") in (None, "open") else f" · {s['state']}"
+            label.append(f"\n{ago(s.get('last_active_at'))}{state}", style="dim")
+            options.add_option(Option(label, id=s["id"]))
+        ids = [s["id"] for s in shown]
+        if ids:
+            options.highlighted = ids.index(self.current) if self.current in ids else 0
+
+    async def _matching(self, query: str) -> list[dict[str, Any]]:
+        """Sessions whose title holds the words, then those whose messages match them."""
+        lowered = query.lower()
+        by_title = [s for s in self.sessions if lowered in (s.get("title") or "").lower()]
+        try:
+            hits = await self.app.link.memory("search", query, kinds=["message"], limit=50)  # type: ignore[attr-defined]
+        except Exception:
+            hits = []
+        said = {h["message"]["session_id"] for h in hits if h.get("message")}
+        rest = [s for s in self.sessions if s["id"] in said and s not in by_title]
+        return by_title + rest
+
+    @on(Input.Changed, "#session-search")
+    def _search(self) -> None:
+        self.reload()
+
+    @on(OptionList.OptionSelected, "#sessions")
+    def _picked(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        if event.option.id:
+            self.post_message(self.Picked(event.option.id))
+
+    def title_of(self, session_id: str | None) -> str | None:
+        return next((s.get("title") for s in self.sessions if s["id"] == session_id), None)

@@ -1,0 +1,187 @@
+"""What the user can do to the highlighted memory: forget, edit, pin, review the inbox (accept,
+edit then accept, reject), open the session it came from, and export the whole memory."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual import work
+
+from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
+from navi_desktop.tui.inspector.lists import clip
+
+if TYPE_CHECKING:
+    from navi_desktop.tui.app import NaviApp
+    from navi_desktop.tui.inspector.data import Memory, Tab
+
+# Actions that need a highlighted memory, and those that only apply to a held candidate.
+ON_MEMORY = {"forget", "edit", "pin", "accept", "edit_accept", "reject", "open_session"}
+ON_CANDIDATE = {"accept", "edit_accept", "reject"}
+PINNABLE = ("active", "held", "archived")
+
+
+def describe(memory: Memory) -> str:
+    key = memory.get("key")
+    return f"{key}: {clip(memory['value'])}" if key else clip(memory["value"])
+
+
+def export_name(profile: str) -> str:
+    return f"navi-memory-{re.sub(r'[^A-Za-z0-9_.-]', '_', profile)}.md"
+
+
+class MemoryActions:
+    """Mixed into ``InspectorScreen``, which provides what is declared here."""
+
+    if TYPE_CHECKING:
+        navi: NaviApp
+        app: NaviApp
+        current: Memory | None
+        tab: Tab
+
+        def forget_locally(self, ids: list[int]) -> None: ...
+        def replace_locally(self, memory: Memory) -> None: ...
+        def notify(self, message: str, **kw: object) -> None: ...
+        def query_one(self, selector: str) -> object: ...
+
+    def can(self, action: str) -> bool | None:
+        """For ``check_action``: None greys a key out, False hides it (inbox keys elsewhere)."""
+        if action not in ON_MEMORY:
+            return True
+        if action in ON_CANDIDATE and not self.tab.inbox:
+            return False
+        memory = self.current
+        if memory is None:
+            return None
+        status = memory["status"]
+        allowed = {
+            "edit": status != "superseded",  # the daemon edits only the current version
+            "pin": status in PINNABLE,
+            "open_session": bool(memory.get("session_id")),
+        }.get(action, action not in ON_CANDIDATE or status == "held")
+        return True if allowed else None
+
+    def action_focus_search(self) -> None:
+        self.query_one("#search").focus()  # type: ignore[attr-defined]
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_forget(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        answer = await self.app.push_screen_wait(
+            ConfirmScreen(
+                "Forget this memory?",
+                f"{describe(memory)}\n\nIt is removed everywhere, with its earlier versions, "
+                "history and evidence quotes, and will not be learned again.",
+                yes="Forget",
+            )
+        )
+        if confirmed(answer):
+            await self._forget(memory, "Forgotten")
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_reject(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        answer = await self.app.push_screen_wait(
+            ConfirmScreen(
+                "Reject this candidate?",
+                f"{describe(memory)}\n\nNavi forgets it and will not learn it again.",
+                yes="Reject",
+            )
+        )
+        if confirmed(answer):
+            await self._forget(memory, "Rejected")
+
+    async def _forget(self, memory: Memory, done: str) -> None:
+        try:
+            report = await self.navi.link.memory("forget", memory["id"])
+        except Exception as err:
+            self.navi.report(err, "Forgetting")
+            return
+        self.forget_locally(report.get("forgotten") or [memory["id"]])
+        self.notify(done)
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_edit(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        edited = await self._edit(memory, "Edit memory")
+        if edited is not None:
+            self.replace_locally(edited)
+            self.notify("Saved")
+
+    async def _edit(self, memory: Memory, title: str) -> Memory | None:
+        """Ask for a new value and save it; the memory as saved, or None."""
+        value = await self.app.push_screen_wait(TextScreen(title, memory["value"]))
+        if value is None:
+            return None
+        if value == memory["value"]:
+            return memory
+        try:
+            return await self.navi.link.memory("edit", memory["id"], value=value)
+        except Exception as err:
+            self.navi.report(err, "Editing")
+            return None
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_pin(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        pinned = not memory.get("pinned")
+        try:
+            updated = await self.navi.link.memory("pin", memory["id"], pinned)
+        except Exception as err:
+            self.navi.report(err, "Pinning")
+            return
+        self.replace_locally(updated)
+        self.notify("Pinned: it never fades" if pinned else "Unpinned")
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_accept(self) -> None:
+        memory = self.current
+        if memory is not None:
+            await self._accept(memory)
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_edit_accept(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        edited = await self._edit(memory, "Edit, then accept")
+        if edited is not None:
+            await self._accept(edited)
+
+    async def _accept(self, memory: Memory) -> None:
+        try:
+            await self.navi.link.memory("accept", memory["id"])
+        except Exception as err:
+            self.navi.report(err, "Accepting")
+            return
+        self.forget_locally([memory["id"]])  # it leaves the inbox; the reload files it
+        self.notify("Accepted")
+
+    async def action_open_session(self) -> None:
+        memory = self.current
+        session_id = memory.get("session_id") if memory else None
+        if not session_id:
+            return
+        await self.app.switch_mode("chat")
+        await self.app.screen.run_action(f"open_session({session_id!r})")
+
+    @work(exclusive=True, group="inspector-export", exit_on_error=False)
+    async def action_export(self) -> None:
+        path = Path.cwd() / export_name(self.navi.status.profile or "default")
+        try:
+            text = await self.navi.link.memory("export_markdown")
+            await asyncio.to_thread(path.write_text, text, encoding="utf-8")
+        except Exception as err:
+            self.navi.report(err, "Exporting memory")
+            return
+        self.notify(f"Memory exported to {path}", title="Export", timeout=10)

@@ -1,0 +1,219 @@
+"""The live memory inspector: facts by category, the review inbox, session summaries and
+rules, a hybrid search over them, and the highlighted memory in full.
+
+It stays current without polling: every ``memory.changed`` notice from the daemon reloads the
+visible tab, keeping the highlighted memory where it still exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import Input, Label, OptionList, Select, Switch, TabbedContent, TabPane
+
+from navi_desktop.daemon.client import RemoteNotFound
+from navi_desktop.tui.base import NaviScreen
+from navi_desktop.tui.inspector.actions import MemoryActions
+from navi_desktop.tui.inspector.data import CATEGORIES, TAB_BY_ID, TABS, Memory, Query, Tab, fetch
+from navi_desktop.tui.inspector.data import counts as tab_counts
+from navi_desktop.tui.inspector.detail import DetailPane
+from navi_desktop.tui.inspector.lists import MemoryList
+
+SEARCH_DELAY_S = 0.2  # wait for a pause in typing before asking the daemon
+
+
+class InspectorScreen(MemoryActions, NaviScreen):
+    DEFAULT_CSS = """
+    InspectorScreen #filters { height: 3; }
+    InspectorScreen #search { width: 1fr; }
+    InspectorScreen #category { width: 24; }
+    InspectorScreen #inactive-label { padding: 1 0 0 2; }
+    InspectorScreen #panes { height: 1fr; }
+    InspectorScreen #tabs { width: 3fr; }
+    InspectorScreen #detail { width: 2fr; }
+    InspectorScreen TabPane { padding: 0; }
+    """
+    BINDINGS = [
+        Binding("slash", "focus_search", "Search", id="navi.memory.search"),
+        Binding("f", "forget", "Forget", id="navi.memory.forget"),
+        Binding("e", "edit", "Edit", id="navi.memory.edit"),
+        Binding("p", "pin", "Pin / unpin", id="navi.memory.pin"),
+        Binding("a", "accept", "Accept", id="navi.memory.accept"),
+        Binding("E", "edit_accept", "Edit & accept", id="navi.memory.edit_accept"),
+        Binding("x", "reject", "Reject", id="navi.memory.reject"),
+        Binding("j", "open_session", "Open session", id="navi.memory.open_session"),
+        Binding("ctrl+e", "export", "Export", id="navi.memory.export"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dirty = True  # a change came while another screen was on top: reload on return
+        self.history_of: int | None = None  # the memory whose history the detail pane shows
+
+    def compose_body(self) -> ComposeResult:
+        with Horizontal(id="filters"):
+            yield Input(placeholder="Search memory…  ( / )", id="search")
+            yield Select(
+                [(c.capitalize(), c) for c in CATEGORIES], prompt="All categories", id="category"
+            )
+            yield Label("Archived too", id="inactive-label")
+            yield Switch(id="inactive")
+        with Horizontal(id="panes"):
+            with TabbedContent(id="tabs"):
+                for tab in TABS:
+                    with TabPane(tab.title, id=tab.id):
+                        yield MemoryList(tab)
+            yield DetailPane(id="detail")
+
+    def on_mount(self) -> None:
+        self.query_one("#list-facts", MemoryList).focus()
+
+    def on_screen_resume(self) -> None:
+        if self.dirty:
+            self.reload()
+
+    # -- what is shown -------------------------------------------------------------------------
+
+    @property
+    def tab(self) -> Tab:
+        return TAB_BY_ID.get(self.query_one(TabbedContent).active, TABS[0])
+
+    @property
+    def memory_list(self) -> MemoryList:
+        return self.query_one(f"#list-{self.tab.id}", MemoryList)
+
+    @property
+    def current(self) -> Memory | None:
+        return self.memory_list.current
+
+    def search_query(self) -> Query:
+        category = self.query_one("#category", Select).value
+        return Query(
+            text=self.query_one("#search", Input).value,
+            category=category if isinstance(category, str) else None,
+            include_inactive=self.query_one("#inactive", Switch).value,
+        )
+
+    def reload(self) -> None:
+        if not self.is_current:  # a dialog or another mode on top: catch up on return
+            self.dirty = True
+            return
+        self.dirty = False
+        self.load()
+        self.refresh_counts()
+
+    @work(exclusive=True, group="inspector-load", exit_on_error=False)
+    async def load(self, delay: float = 0.0) -> None:
+        if delay:
+            await asyncio.sleep(delay)
+        tab, memory_list = self.tab, self.memory_list
+        if not self.navi.link.connected:
+            self.show_down()
+            return
+        try:
+            page = await fetch(self.navi.link, tab, self.search_query())
+        except Exception as err:
+            if not self.navi.link.connected:
+                self.show_down()
+                return
+            self.navi.report(err, "Loading memories")
+            memory_list.message(f"Could not load memories: {err}")
+            self.show_detail()
+            return
+        shown = len(page.memories)
+        note = f"Showing {shown} of {page.total}." if page.total > shown else None
+        if not shown and self.search_query().searching:
+            note = "Nothing matches this search."
+        memory_list.show(page.memories, note)
+        self.show_detail()
+
+    @work(exclusive=True, group="inspector-counts", exit_on_error=False)
+    async def refresh_counts(self) -> None:
+        try:
+            numbers = tab_counts(await self.navi.link.memory("stats"))
+        except Exception:  # the lists say what is wrong; the labels keep their last counts
+            return
+        tabs = self.query_one(TabbedContent)
+        for tab in TABS:
+            tabs.get_tab(tab.id).label = f"{tab.title} ({numbers[tab.id]})"
+
+    def show_down(self) -> None:
+        detail = self.navi.link.state.detail or "it is not connected yet"
+        text = f"No connection to the Navi daemon: {detail}\nMemory shows here when it is back."
+        for memory_list in self.query(MemoryList):
+            memory_list.message(text)
+        self.query_one(DetailPane).message(text)
+        self.refresh_bindings()
+
+    @work(exclusive=True, group="inspector-detail", exit_on_error=False)
+    async def show_detail(self) -> None:
+        """The highlighted memory at once, then its history when the daemon sends it."""
+        self.refresh_bindings()
+        pane = self.query_one(DetailPane)
+        memory = self.current
+        if memory is None:
+            self.history_of = None
+            pane.message("Nothing selected." if self.navi.link.connected else "")
+            return
+        self.history_of = None
+        pane.show(memory, None)
+        try:
+            history = await self.navi.link.memory("history", memory["id"])
+        except RemoteNotFound:  # forgotten meanwhile: the reload that follows removes it
+            return
+        except Exception as err:
+            self.navi.report(err, "Reading the memory's history")
+            history = []
+        pane.show(memory, history)
+        self.history_of = memory["id"]
+
+    def forget_locally(self, ids: list[int]) -> None:
+        """Forgotten memories leave every tab and the detail pane at once."""
+        for memory_list in self.query(MemoryList):
+            memory_list.drop(ids)
+        self.show_detail()
+
+    def replace_locally(self, memory: Memory) -> None:
+        for memory_list in self.query(MemoryList):
+            memory_list.replace(memory)
+        self.show_detail()
+
+    # -- events --------------------------------------------------------------------------------
+
+    async def on_daemon(self, method: str, params: Any) -> None:
+        if method == "memory.changed":
+            self.reload()
+        elif method == "link.state":
+            if params.state == "up":
+                self.reload()
+            elif params.state == "down":
+                self.show_down()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self) -> None:
+        self.load()
+
+    @on(OptionList.OptionHighlighted)
+    def _highlighted(self) -> None:
+        self.show_detail()
+
+    @on(Input.Changed, "#search")
+    def _search_changed(self) -> None:
+        self.load(delay=SEARCH_DELAY_S)
+
+    @on(Input.Submitted, "#search")
+    def _search_done(self) -> None:
+        self.memory_list.focus()
+
+    @on(Select.Changed, "#category")
+    @on(Switch.Changed, "#inactive")
+    def _filter_changed(self) -> None:
+        self.load()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.can(action)

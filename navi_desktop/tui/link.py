@@ -1,0 +1,114 @@
+"""The TUI's one connection to the daemon (no Textual here, so it is testable alone).
+
+It starts the daemon when none answers, subscribes to the notification topics, hands every
+notification to ``on_event`` and every change of connection state to ``on_state``, and
+reconnects when the daemon goes away. Calls made while disconnected fail at once with a
+message that says what is wrong, so the UI never hangs on a dead socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
+from navi_desktop.errors import NaviError
+from navi_desktop.paths import Paths
+
+TOPICS = ("memory", "sessions", "settings", "ollama")
+RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
+
+
+@dataclass(frozen=True)
+class LinkState:
+    state: str  # "connecting", "up" or "down"
+    detail: str | None = None  # why it is down, and what to do
+
+
+class DaemonLink:
+    def __init__(
+        self,
+        paths: Paths,
+        *,
+        profile: str | None,
+        on_event: Callable[[str, Any], None],
+        on_state: Callable[[LinkState], None],
+        autostart: bool = True,
+    ) -> None:
+        self.paths = paths
+        self.profile = profile
+        self._on_event = on_event
+        self._on_state = on_state
+        self._autostart = autostart
+        self._client: DaemonClient | None = None
+        self.state = LinkState("connecting")
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and not self._client.closed
+
+    async def run(self) -> None:
+        """Stay connected until cancelled."""
+        failures = 0
+        while True:
+            try:
+                self._client = await self._connect()
+                await self._client.subscribe(*TOPICS)
+            except NaviError as err:
+                self._set(LinkState("down", str(err)))
+                await asyncio.sleep(RETRY_S[min(failures, len(RETRY_S) - 1)])
+                failures += 1
+                continue
+            failures = 0
+            self._set(LinkState("up"))
+            try:
+                async for note in self._client.notifications():
+                    self._on_event(note.method, note.params)
+            finally:
+                client, self._client = self._client, None
+                with contextlib.suppress(Exception):
+                    await client.close()
+            self._set(LinkState("down", "the daemon went away; reconnecting…"))
+            await asyncio.sleep(RETRY_S[0])
+
+    async def _connect(self) -> DaemonClient:
+        from navi_desktop.daemon.main import socket_path
+
+        path = socket_path(self.paths)
+        try:
+            return await DaemonClient.connect(path, timeout=2.0)
+        except DaemonUnavailable:
+            if not self._autostart:
+                raise
+        from navi_desktop.daemon.main import start_background
+
+        self._set(LinkState("connecting", "starting the Navi daemon…"))
+        await asyncio.to_thread(start_background, self.paths)
+        return await DaemonClient.connect(path, timeout=2.0)
+
+    def _set(self, state: LinkState) -> None:
+        if state != self.state:
+            self.state = state
+            self._on_state(state)
+
+    async def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+        """Call the daemon; the profile is added to every call when one was chosen."""
+        client = self._client
+        if client is None or client.closed:
+            detail = self.state.detail or "the daemon is not connected yet"
+            raise DaemonUnavailable(f"no connection to the Navi daemon: {detail}")
+        params = dict(params or {})
+        if self.profile and "profile" not in params:
+            params["profile"] = self.profile
+        return await client.call(method, params, timeout=kw.get("timeout"))
+
+    async def memory(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A ``memory.*`` call with the store method's own arguments."""
+        return await self.call(f"memory.{method}", {"args": list(args), "kwargs": kwargs})
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        if self._client is not None:
+            await self._client.notify(method, params)

@@ -1,0 +1,288 @@
+"""The chat as a user drives it: the real app through Pilot, a real daemon on a real socket,
+and the fake Ollama on loopback."""
+
+from __future__ import annotations
+
+import pytest
+
+from navi_desktop.daemon.client import RemoteNotFound
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.chat.used import UsedScreen
+from navi_desktop.tui.dialogs import ChoiceScreen, TextScreen
+from navi_desktop.tui.widgets.status_line import Banner, StatusLine
+from tests.fake_ollama import Reply
+from tests.tui_support import SIZE, Daemon, make_home, until
+
+
+@pytest.fixture
+async def daemon(fake, tmp_path):
+    d = await Daemon(make_home(tmp_path, fake.url)).start()
+    yield d
+    await d.stop()
+
+
+def views(app: NaviApp) -> list[MessageView]:
+    return list(app.screen.query(MessageView))
+
+
+def replies(app: NaviApp) -> list[str]:
+    return [v.text for v in views(app) if v.role == "assistant"]
+
+
+async def ready(app: NaviApp, pilot) -> None:
+    await until(pilot, lambda: app.status.memories is not None)
+
+
+async def say(app: NaviApp, pilot, text: str) -> None:
+    before = len(views(app))
+    await pilot.press(*text, "enter")
+    await until(pilot, lambda: len(views(app)) >= before + 2 and app.screen.reply is None)
+
+
+async def test_a_reply_streams_into_the_transcript_and_is_stored(fake, daemon):
+    fake.script(Reply("Hello **there**.\n\n```python\nprint(1)\n"))  # an unclosed fence
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hi navi")
+        assert [v.role for v in views(app)] == ["user", "assistant"]
+        assert replies(app) == ["Hello **there**.\n\n```python\nprint(1)\n"]
+        session_id = app.screen.session_id
+        assert session_id is not None
+        await until(pilot, lambda: app.screen.sessions.title_of(session_id) == "hi navi")
+    shown = await daemon.call("sessions.show", {"id": session_id})
+    assert [(m["role"], m["content"]) for m in shown["messages"]] == [
+        ("user", "hi navi"),
+        ("assistant", "Hello **there**.\n\n```python\nprint(1)\n"),
+    ]
+
+
+async def test_ctrl_j_adds_a_newline_and_enter_sends_both_lines(fake, daemon):
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press("a", "ctrl+j", "b")
+        assert app.screen.query_one("#prompt").text == "a\nb"
+        await pilot.press("enter")
+        await until(pilot, lambda: len(replies(app)) == 1 and app.screen.reply is None)
+    assert fake.bodies()[-1]["messages"][-1]["content"] == "a\nb"
+
+
+async def test_escape_stops_a_reply_and_keeps_what_came(fake, daemon):
+    fake.script(Reply(chunks=["Counting: ", "one, ", "two"], hang=True))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press(*"count", "enter")
+        await until(pilot, lambda: app.screen.reply is not None and "two" in app.screen.reply.text)
+        await pilot.press("escape")
+        await until(pilot, lambda: app.screen.reply is None)
+        assert replies(app) == ["Counting: one, two"]
+        assert "(stopped)" in str(views(app)[-1].query_one(".note").render())
+        await fake.wait_for_disconnect()
+
+
+async def test_regenerate_replaces_the_last_reply(fake, daemon):
+    fake.script(Reply("First answer."), Reply("Second answer."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "question")
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: replies(app) == ["Second answer."] and not app.screen.reply)
+        session_id = app.screen.session_id
+    shown = await daemon.call("sessions.show", {"id": session_id})
+    assert [m["content"] for m in shown["messages"]] == ["question", "Second answer."]
+
+
+async def test_copy_puts_the_reply_on_the_clipboard(fake, daemon):
+    fake.script(Reply("Copy me."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hello")
+        await pilot.press("f6")
+        assert app.clipboard == "Copy me."
+        views(app)[0].focus()
+        await pilot.press("c")
+        assert app.clipboard == "hello"
+
+
+async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake, daemon):
+    added = await daemon.call(
+        "memory.add",
+        {"args": ["green"], "kwargs": {"category": "preferences", "key": "favourite colour"}},
+    )
+    memory_id = added["memory"]["id"]
+    fake.script(Reply("Your favourite colour is green."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "what is my favourite colour?")
+        await pilot.press("f5")
+        await until(pilot, lambda: isinstance(app.screen, UsedScreen) and app.screen.injections)
+        used = app.screen
+        assert [i["memory_id"] for i in used.injections] == [memory_id]
+        assert "favourite colour: green" in str(
+            used.query_one("#used-list").get_option_at_index(0).prompt
+        )
+        await pilot.press("p")
+        await until(pilot, lambda: used.injections and used.injections[0]["memory"]["pinned"])
+        assert (await daemon.call("memory.get", {"args": [memory_id]}))["pinned"] is True
+        await pilot.press("f")
+        await until(pilot, lambda: isinstance(app.screen, ChoiceScreen))
+        await pilot.click("#choice-yes")
+        await until(pilot, lambda: app.screen is used and not used.injections)
+    with pytest.raises(RemoteNotFound):
+        await daemon.call("memory.get", {"args": [memory_id]})
+
+
+async def test_sessions_can_be_searched_opened_renamed_exported_and_deleted(
+    fake, daemon, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    fake.script(Reply("Tea is good."), Reply("Rust is fast."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        await ready(app, pilot)
+        await say(app, pilot, "tell me about tea")
+        tea = chat.session_id
+        await pilot.press("ctrl+n")
+        await until(pilot, lambda: chat.session_id is None and not views(app))
+        await say(app, pilot, "tell me about rust")
+        await until(pilot, lambda: len(chat.sessions.sessions) == 2)
+
+        await pilot.press("ctrl+f", *"tea")
+        options = chat.query_one("#sessions")
+        await until(pilot, lambda: options.option_count == 1)
+        assert options.get_option_at_index(0).id == tea
+        options.focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: chat.session_id == tea and len(views(app)) == 2)
+        assert replies(app) == ["Tea is good."]
+
+        await pilot.press("f7")
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        app.screen.query_one("#text").value = "Tea notes"
+        await pilot.press("enter")
+        await until(pilot, lambda: chat.sessions.title_of(tea) == "Tea notes")
+
+        await pilot.press("f9")
+        exported = tmp_path / "navi-session-tea-notes.md"
+        await until(pilot, exported.exists)
+        assert "Tea is good." in exported.read_text()
+
+        await pilot.press("f8")
+        await until(pilot, lambda: isinstance(app.screen, ChoiceScreen))
+        await pilot.click("#choice-yes")
+        await until(pilot, lambda: chat.session_id is None and len(chat.sessions.sessions) == 1)
+    with pytest.raises(RemoteNotFound):
+        await daemon.call("sessions.show", {"id": tea})
+
+
+async def test_incognito_is_unmistakable_and_leaves_nothing_behind(fake, daemon):
+    fake.script(Reply("Off the record."))
+    before = await daemon.call("memory.stats")
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        await ready(app, pilot)
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: app.status.incognito)
+        assert chat.has_class("-incognito")
+        assert "INCOGNITO" in str(chat.query_one("#chat-title").render())
+        assert "INCOGNITO" in str(chat.query_one(StatusLine).render())
+        await say(app, pilot, "a secret")
+        assert chat.session_id.startswith("incognito-")
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: isinstance(app.screen, ChoiceScreen))
+        await pilot.click("#choice-discard")
+        await until(pilot, lambda: not app.status.incognito and not views(app))
+    after = await daemon.call("memory.stats")
+    assert (after["sessions"], after["messages"]) == (before["sessions"], before["messages"])
+
+
+async def test_leaving_incognito_can_keep_the_chat_as_a_session(fake, daemon):
+    fake.script(Reply("Worth keeping."))
+    app = NaviApp(daemon.paths, autostart=False, incognito=True)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        await ready(app, pilot)
+        assert app.status.incognito  # `navi --incognito`
+        await say(app, pilot, "keep this one")
+        await pilot.press("ctrl+o")
+        await until(pilot, lambda: isinstance(app.screen, ChoiceScreen))
+        await pilot.click("#choice-keep")
+        await until(pilot, lambda: not app.status.incognito and chat.session_id)
+        kept = chat.session_id
+        assert not kept.startswith("incognito-")
+    shown = await daemon.call("sessions.show", {"id": kept})
+    assert [m["content"] for m in shown["messages"]] == ["keep this one", "Worth keeping."]
+
+
+async def test_ollama_down_shows_a_banner_and_the_inspector_still_opens(tmp_path):
+    dead = "http://127.0.0.1:9"  # nothing listens on the discard port
+    d = await Daemon(make_home(tmp_path, dead)).start()
+    try:
+        app = NaviApp(d.paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.status.ollama_reachable is False)
+            banner = app.screen.query_one(Banner)
+            assert banner.display
+            text = str(banner.render())
+            assert "Ollama is not reachable" in text and dead in text and "ollama serve" in text
+            await pilot.press(*"hello", "enter")
+            await until(pilot, lambda: len(views(app)) == 2 and app.screen.reply is None)
+            assert "⚠" in str(views(app)[-1].query_one(".note").render())
+            await pilot.press("f3")
+            await until(pilot, lambda: app.current_mode == "memory")
+            assert app.screen.query_one(Banner).display
+    finally:
+        await d.stop()
+
+
+async def test_a_missing_model_is_named_with_the_command_that_fixes_it(fake, tmp_path):
+    paths = make_home(tmp_path, fake.url)
+    config = paths.config / "config.toml"
+    config.write_text(config.read_text().replace('"llama3.2"', '"mistral"'))
+    d = await Daemon(paths).start()
+    try:
+        app = NaviApp(paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.status.missing_models == ("mistral",))
+            assert "ollama pull mistral" in str(app.screen.query_one(Banner).render())
+    finally:
+        await d.stop()
+
+
+async def test_no_daemon_the_app_still_opens_and_says_why(tmp_path):
+    app = NaviApp(make_home(tmp_path, "http://127.0.0.1:9"), autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.status.daemon == "down")
+        assert "daemon is not answering" in str(app.screen.query_one(Banner).render())
+        await pilot.press(*"hello", "enter")
+        await pilot.pause(0.2)
+        await until(pilot, lambda: app.screen.query_one("#prompt").text == "hello")
+        assert not views(app)  # not sent, and the words are back in the prompt
+        await pilot.press("f4")
+        await until(pilot, lambda: app.current_mode == "settings")
+
+
+async def test_keys_are_rebindable_by_id_and_listed_in_the_palette(fake, tmp_path):
+    paths = make_home(tmp_path, fake.url, '[ui.keymap]\n"navi.chat.new" = "ctrl+b"\n')
+    d = await Daemon(paths).start()
+    fake.script(Reply("One."))
+    try:
+        app = NaviApp(paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            chat = app.screen
+            await ready(app, pilot)
+            await say(app, pilot, "hello")
+            commands = {c.title for c in app.get_system_commands(chat)}
+            assert {"New session", "Regenerate", "Incognito", "Memory", "Settings"} <= commands
+            await pilot.press("ctrl+b")
+            await until(pilot, lambda: chat.session_id is None and not views(app))
+    finally:
+        await d.stop()

@@ -1,0 +1,105 @@
+"""Snapshots of the chat: streaming, after the reply, incognito, and Ollama down.
+
+``snap_compare`` runs the app on its own loop, so the daemon and the fake Ollama run in
+threads here. The fake listens on a fixed port because the status line shows the host."""
+
+from __future__ import annotations
+
+import pytest
+
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.chat.messages import MessageView
+from tests.fake_ollama import Reply
+from tests.tui_support import SIZE, ThreadedDaemon, make_home, threaded_fake_ollama, until
+
+PORT = 47811
+STREAMED = ["Here is ", "a **plan**:\n\n", "1. Pack\n", "2. Travel\n\n", "```sh\n", "echo hi\n"]
+
+
+@pytest.fixture
+def fake():
+    server = threaded_fake_ollama(PORT).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def app_for(tmp_path):
+    started: list[ThreadedDaemon] = []
+
+    def make(host: str, **kw) -> NaviApp:
+        daemon = ThreadedDaemon(make_home(tmp_path, host)).start()
+        started.append(daemon)
+        return NaviApp(daemon.paths, autostart=False, **kw)
+
+    yield make
+    for daemon in started:
+        daemon.stop()
+
+
+def still(app: NaviApp) -> None:
+    for widget in app.screen.query("TextArea, Input"):
+        widget.cursor_blink = False  # type: ignore[attr-defined]
+
+
+async def settled(app: NaviApp, pilot) -> None:
+    await until(pilot, lambda: app.status.memories is not None)
+    still(app)
+
+
+def replied(app: NaviApp, text: str):
+    def check() -> bool:
+        views = list(app.screen.query(MessageView))
+        return bool(views) and views[-1].role == "assistant" and text in views[-1].text
+
+    return check
+
+
+def test_chat_while_streaming(snap_compare, fake, app_for):
+    fake.script(Reply(chunks=STREAMED, hang=True))  # the fence is still open mid-stream
+    app = app_for(fake.url)
+
+    async def run_before(pilot) -> None:
+        await settled(app, pilot)
+        await pilot.press(*"plan my trip", "enter")
+        await until(pilot, replied(app, "echo hi"))
+        await pilot.pause(0.3)  # the Markdown stream paints in batches
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_chat_after_the_reply(snap_compare, fake, app_for):
+    fake.script(Reply("".join(STREAMED) + "```\n\nHave a good trip!"))
+    app = app_for(fake.url)
+
+    async def run_before(pilot) -> None:
+        await settled(app, pilot)
+        await pilot.press(*"plan my trip", "enter")
+        await until(pilot, lambda: replied(app, "good trip")() and app.screen.reply is None)
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_incognito(snap_compare, fake, app_for):
+    fake.script(Reply("Nothing of this is kept."))
+    app = app_for(fake.url, incognito=True)
+
+    async def run_before(pilot) -> None:
+        await settled(app, pilot)
+        await pilot.press(*"just between us", "enter")
+        await until(pilot, lambda: replied(app, "kept")() and app.screen.reply is None)
+        await pilot.pause(0.2)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_ollama_down_banner(snap_compare, app_for):
+    app = app_for("http://127.0.0.1:9")
+
+    async def run_before(pilot) -> None:
+        await settled(app, pilot)
+        await until(pilot, lambda: app.status.ollama_reachable is False)
+        await pilot.pause(0.1)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -1,0 +1,110 @@
+"""A real daemon and the fake Ollama for TUI tests: on the test's own loop for Pilot tests,
+or in a thread for snapshot tests (``snap_compare`` runs the app on a loop of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from navi_desktop.daemon.client import DaemonClient
+from navi_desktop.daemon.main import serve, socket_path
+from navi_desktop.paths import Paths
+from tests.fake_ollama import FakeOllama, ThreadedFakeOllama
+from tests.pipeline_helpers import MODELS
+
+SNAPSHOT_PORT = 47811  # snapshots show the host: a fixed port keeps them stable
+SIZE = (110, 34)
+
+CONFIG = """# test settings
+[ollama]
+host = "{host}"
+chat_model = "llama3.2"
+[memory]
+embedder = "none"
+profile = "tester"
+inactivity_timeout_min = 30
+"""
+
+
+def make_home(root: Path, host: str, extra: str = "") -> Paths:
+    home = root / "home"
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text(CONFIG.format(host=host) + extra)
+    return Paths.from_env({"NAVI_HOME": str(home)})
+
+
+class Daemon:
+    """``serve()`` as a task on the running loop; ``stop()`` asks it to stop like a client."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Daemon:
+        ready = asyncio.Event()
+        self._task = asyncio.ensure_future(serve(self.paths, ready=ready))
+        waiter = asyncio.ensure_future(ready.wait())
+        await asyncio.wait([self._task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if self._task.done():
+            waiter.cancel()
+            self._task.result()  # raise why it did not start
+        return self
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        async with await DaemonClient.connect(socket_path(self.paths)) as client:
+            return await client.call(method, {"profile": "tester", **(params or {})})
+
+    async def stop(self) -> None:
+        if self._task is None or self._task.done():
+            return
+        with contextlib.suppress(Exception):
+            await self.call("daemon.stop")
+        await asyncio.wait_for(self._task, 30)
+
+
+class ThreadedDaemon:
+    """The daemon on its own loop in a thread, for synchronous (snapshot) tests."""
+
+    def __init__(self, paths: Paths) -> None:
+        self.paths = paths
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.daemon = Daemon(paths)
+
+    def start(self) -> ThreadedDaemon:
+        self.thread.start()
+        self.run(self.daemon.start())
+        return self
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(60)
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> Any:
+        return self.run(self.daemon.call(method, params))
+
+    def stop(self) -> None:
+        self.run(self.daemon.stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def until(pilot: Any, condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Let the app run until ``condition()`` holds (the daemon answers on its own time)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {condition}")
+        await pilot.pause(0.05)
+
+
+def fake_ollama(port: int = 0) -> FakeOllama:
+    return FakeOllama(MODELS, port=port)
+
+
+def threaded_fake_ollama(port: int = SNAPSHOT_PORT) -> ThreadedFakeOllama:
+    return ThreadedFakeOllama(MODELS, port=port)
