@@ -68,7 +68,10 @@ class MessageView(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(ROLE_LABEL.get(self.role, self.role), classes="role")
-        yield Markdown(self.text or ("…" if self.role == "assistant" else ""))
+        if self.role == "user":  # what was typed, line breaks kept (Markdown would join them)
+            yield Markdown(self.text.replace("\n", "  \n"))
+        else:
+            yield Markdown(self.text or "…")
         if self.note:
             yield Label(self.note, classes="note")
 

@@ -65,6 +65,7 @@ class ChatScreen(NaviScreen):
         self.session_id: str | None = None
         self.incognito = False
         self.reply: MessageView | None = None  # the reply being streamed
+        self._stopping = False  # Esc was pressed during this reply
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -169,8 +170,11 @@ class ChatScreen(NaviScreen):
             result = await link.call(method, params)
         except Exception as err:
             self.reply = None
-            await reply.finish(reply.text, note=f"⚠ {err}")
-            self.navi.report(err, "The reply")
+            if self._stopping:  # stopped before the first token: not an error
+                await reply.finish(reply.text, note="(stopped)")
+            else:
+                await reply.finish(reply.text, note=f"⚠ {err}")
+                self.navi.report(err, "The reply")
         else:
             self.reply = None
             await reply.finish(
@@ -181,6 +185,7 @@ class ChatScreen(NaviScreen):
             )
         finally:
             self.reply = None
+            self._stopping = False
             self.refresh_bindings()
             self.transcript.scroll_end(animate=False)
         if not self.incognito:
@@ -196,6 +201,7 @@ class ChatScreen(NaviScreen):
     async def action_cancel(self) -> None:
         if self.reply is None or self.session_id is None:
             return
+        self._stopping = True
         try:
             await self.navi.link.call("chat.cancel", {"session_id": self.session_id})
         except Exception as err:
