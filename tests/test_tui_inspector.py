@@ -73,6 +73,11 @@ def detail_plain(app: NaviApp) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def settled(app: NaviApp) -> bool:
+    """No worker busy but the daemon link (which runs for as long as the app)."""
+    return all(w.is_finished for w in app.workers if w.group != "link")
+
+
 @contextlib.asynccontextmanager
 async def inspector(daemon: Daemon) -> AsyncIterator[tuple[NaviApp, Any, InspectorScreen]]:
     app = NaviApp(daemon.paths, autostart=False)
@@ -127,7 +132,7 @@ async def test_search_filters_and_accepts_any_text(daemon: Daemon) -> None:
         for text in ['"unbalanced', "NEAR(tea", "tea 🍵 OR", "a*b:c-(d)"]:
             screen.query_one("#search", Input).value = text
             await pilot.pause(0.3)
-            await app.workers.wait_for_complete()
+            await until(pilot, lambda: settled(app))
             assert not [n for n in app._notifications if n.severity == "error"]
         # The category filter applies to search and to the full list.
         screen.query_one("#search", Input).value = ""
@@ -222,10 +227,9 @@ async def held(daemon: Daemon, value: str, key: str, reason: str) -> dict[str, A
     )
 
 
-async def open_inbox(pilot: Any, screen: InspectorScreen) -> None:
-    screen.query_one(TabbedContent).active = "inbox"
-    await until(pilot, lambda: screen.tab.id == "inbox")
-    screen.memory_list.focus()
+async def open_tab(pilot: Any, screen: InspectorScreen, tab: str) -> None:
+    await pilot.click(f"#--content-tab-{tab}")
+    await until(pilot, lambda: screen.tab.id == tab)
 
 
 async def test_accept_from_the_inbox(daemon: Daemon) -> None:
@@ -234,7 +238,7 @@ async def test_accept_from_the_inbox(daemon: Daemon) -> None:
     async with inspector(daemon) as (app, pilot, screen):
         await until(pilot, lambda: len(rows(screen, "facts")) == 7)
         assert "Accept" not in str(app.screen.active_bindings)  # hidden outside the inbox
-        await open_inbox(pilot, screen)
+        await open_tab(pilot, screen, "inbox")
         await until(pilot, lambda: city["id"] in screen.memory_list.memories)
         assert rows(screen, "inbox") == [
             "[profile] city: lives in Lisbon\n  ⚑ uncertain: said in passing"
@@ -243,14 +247,14 @@ async def test_accept_from_the_inbox(daemon: Daemon) -> None:
         await pilot.press("a")
         await until(pilot, lambda: rows(screen, "inbox") == ["Nothing to review."])
         assert (await daemon.call("memory.get", {"args": [city["id"]]}))["status"] == "active"
-        screen.query_one(TabbedContent).active = "facts"
+        await open_tab(pilot, screen, "facts")
         await until(pilot, lambda: "  city: lives in Lisbon" in rows(screen, "facts"))
 
 
 async def test_edit_then_accept(daemon: Daemon) -> None:
     city = await held(daemon, "lives in Lisbn", "city", "uncertain")
     async with inspector(daemon) as (app, pilot, screen):
-        await open_inbox(pilot, screen)
+        await open_tab(pilot, screen, "inbox")
         await highlight(pilot, screen, city["id"])
         await pilot.press("E")
         await until(pilot, lambda: app.screen.__class__.__name__ == "TextScreen")
@@ -264,7 +268,7 @@ async def test_edit_then_accept(daemon: Daemon) -> None:
 async def test_reject_forgets_the_candidate(daemon: Daemon) -> None:
     city = await held(daemon, "lives in Lisbon", "city", "uncertain")
     async with inspector(daemon) as (app, pilot, screen):
-        await open_inbox(pilot, screen)
+        await open_tab(pilot, screen, "inbox")
         await highlight(pilot, screen, city["id"])
         await pilot.press("x")
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
@@ -321,7 +325,7 @@ async def test_episodes_and_rules_tabs(daemon: Daemon) -> None:
     )
     await add(daemon, "Answer in British English.", kind="rule")
     async with inspector(daemon) as (app, pilot, screen):
-        screen.query_one(TabbedContent).active = "episodes"
+        await open_tab(pilot, screen, "episodes")
         await until(
             pilot, lambda: rows(screen, "episodes") == ["  now Planned a trip to Porto in May."]
         )
@@ -331,7 +335,7 @@ async def test_episodes_and_rules_tabs(daemon: Daemon) -> None:
             pilot, lambda: "Trip" not in detail_plain(app) and "session" in detail_plain(app)
         )
         assert screen.check_action("open_session", ()) is True
-        screen.query_one(TabbedContent).active = "rules"
+        await open_tab(pilot, screen, "rules")
         await until(pilot, lambda: rows(screen, "rules") == ["Answer in British English."])
         await until(pilot, lambda: "Rule #2" in detail_plain(app))
 
@@ -349,8 +353,9 @@ async def test_archived_ones_show_with_the_switch(daemon: Daemon) -> None:
     jazz = (await seed(daemon))["jazz"]
     await daemon.call("memory.archive", {"args": [jazz["id"]]})
     async with inspector(daemon) as (_app, pilot, screen):
-        await until(pilot, lambda: len(rows(screen, "facts")) == 5)
-        screen.query_one("#inactive", Switch).value = True
+        await until(pilot, lambda: len(rows(screen, "facts")) == 6)
+        assert not any("jazz" in r for r in rows(screen, "facts"))
+        await pilot.click("#inactive")
         await until(pilot, lambda: "  music: likes jazz (archived)" in rows(screen, "facts"))
 
 
@@ -435,7 +440,7 @@ def test_snapshot_facts_and_inbox(snap_compare: Any, threaded: ThreadedDaemon) -
         await until(pilot, lambda: pilot.app.link.connected)
         await pilot.press("f3")
         await until(pilot, lambda: loaded(pilot.app, 3))
-        await pilot.app.workers.wait_for_complete()
+        await until(pilot, lambda: settled(pilot.app))
 
     app = NaviApp(threaded.paths, autostart=False)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -453,7 +458,7 @@ def test_snapshot_detail_pane(snap_compare: Any, threaded: ThreadedDaemon) -> No
         screen = pilot.app.screen
         screen.memory_list.highlighted = screen.memory_list.get_option_index("1")
         await until(pilot, lambda: screen.history_of == 1)
-        await pilot.app.workers.wait_for_complete()
+        await until(pilot, lambda: settled(pilot.app))
 
     app = NaviApp(threaded.paths, autostart=False)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
