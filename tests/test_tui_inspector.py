@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from textual.widgets import Input, Select, Switch, TabbedContent
+from textual.widgets import Input, Select, TabbedContent
 
 from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.memory.models import CATEGORIES as ENGINE_CATEGORIES
@@ -106,12 +106,12 @@ async def test_facts_grouped_by_category_with_counts(daemon: Daemon) -> None:
     async with inspector(daemon) as (_app, pilot, screen):
         await until(pilot, lambda: len(rows(screen, "facts")) == 7)
         assert rows(screen, "facts") == [
-            "Preferences  2",
+            "Preferences (2)",
             "  music: likes jazz",
             "  drink: green tea, no sugar",
-            "Technical  1",
+            "Technical (1)",
             "  language: writes Rust at work",
-            "Relationships  1",
+            "Relationships (1)",
             "  pet: has a cat called Miso",
         ]
         tabs = screen.query_one(TabbedContent)
@@ -127,7 +127,7 @@ async def test_search_filters_and_accepts_any_text(daemon: Daemon) -> None:
         assert app.focused is screen.query_one("#search", Input)
         await pilot.press(*"jazz")
         await until(
-            pilot, lambda: rows(screen, "facts") == ["Preferences  1", "  music: likes jazz"]
+            pilot, lambda: rows(screen, "facts") == ["Preferences (1)", "  music: likes jazz"]
         )
         for text in ['"unbalanced', "NEAR(tea", "tea 🍵 OR", "a*b:c-(d)"]:
             screen.query_one("#search", Input).value = text
@@ -139,7 +139,7 @@ async def test_search_filters_and_accepts_any_text(daemon: Daemon) -> None:
         screen.query_one("#category", Select).value = "technical"
         await until(
             pilot,
-            lambda: rows(screen, "facts") == ["Technical  1", "  language: writes Rust at work"],
+            lambda: rows(screen, "facts") == ["Technical (1)", "  language: writes Rust at work"],
         )
         screen.query_one("#category", Select).value = Select.NULL
         await until(pilot, lambda: len(rows(screen, "facts")) == 7)
@@ -155,8 +155,9 @@ async def test_detail_shows_evidence_and_history(daemon: Daemon) -> None:
         text = detail_plain(app)
         assert "Fact #1 · preferences" in text
         assert "“I only drink green tea, never with sugar”" in text
-        assert "conversation" in text and "0.90" in text
+        assert "Source      conversation" in text and "Confidence  0.90" in text
         assert "create by user" in text
+        assert "edit by user" in text
         assert "value: green tea, no sugar → green tea" in text
 
 
@@ -294,6 +295,20 @@ async def test_accept_applies_only_to_held_candidates(daemon: Daemon) -> None:
         await pilot.press("a")
         await pilot.pause(0.2)
         assert (await daemon.call("memory.get", {"args": [jazz["id"]]}))["status"] == "active"
+
+
+async def test_actions_are_palette_commands(daemon: Daemon) -> None:
+    await seed(daemon)
+    await held(daemon, "lives in Lisbon", "city", "uncertain")
+    async with inspector(daemon) as (app, pilot, screen):
+        await until(pilot, lambda: screen.history_of is not None)
+        titles = {command.title for command in app.get_system_commands(screen)}
+        assert {"Search", "Forget", "Edit", "Pin / unpin", "Export"} <= titles
+        assert not {"Accept", "Reject", "Open session"} & titles  # none apply here
+        await open_tab(pilot, screen, "inbox")
+        await until(pilot, lambda: screen.current is not None)
+        titles = {command.title for command in app.get_system_commands(screen)}
+        assert {"Accept", "Edit & accept", "Reject"} <= titles
 
 
 async def test_live_update_from_another_client(daemon: Daemon) -> None:
@@ -458,6 +473,23 @@ def test_snapshot_detail_pane(snap_compare: Any, threaded: ThreadedDaemon) -> No
         screen = pilot.app.screen
         screen.memory_list.highlighted = screen.memory_list.get_option_index("1")
         await until(pilot, lambda: screen.history_of == 1)
+        await until(pilot, lambda: settled(pilot.app))
+
+    app = NaviApp(threaded.paths, autostart=False)
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_inbox(snap_compare: Any, threaded: ThreadedDaemon) -> None:
+    seed_threaded(threaded)
+
+    async def run_before(pilot: Any) -> None:
+        await pilot.pause()
+        await until(pilot, lambda: pilot.app.link.connected)
+        await pilot.press("f3")
+        await until(pilot, lambda: loaded(pilot.app, 3))
+        screen = pilot.app.screen
+        await open_tab(pilot, screen, "inbox")
+        await until(pilot, lambda: screen.history_of == 4)
         await until(pilot, lambda: settled(pilot.app))
 
     app = NaviApp(threaded.paths, autostart=False)

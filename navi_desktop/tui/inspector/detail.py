@@ -69,11 +69,8 @@ def facts_table(memory: Memory) -> Table:
     if memory.get("session_id"):
         source += f" · session {memory['session_id'][:SHORT_ID]} (j opens it)"
     grid.add_row("Source", source)
-    grid.add_row(
-        "Confidence",
-        f"{memory['confidence']:.2f} · strength {memory['strength']:.2f}"
-        f" · mentioned {memory['mentions']}×",
-    )
+    grid.add_row("Confidence", f"{memory['confidence']:.2f}")
+    grid.add_row("Strength", f"{memory['strength']:.2f} · mentioned {memory['mentions']}×")
     valid = f"from {when(memory['valid_from'])} → "
     valid += when(memory["valid_to"]) if memory.get("valid_to") else "now"
     if memory.get("superseded_by"):
@@ -87,10 +84,12 @@ def facts_table(memory: Memory) -> Table:
 def history_table(history: list[dict[str, Any]]) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
-    grid.add_column(no_wrap=True)
     grid.add_column(ratio=1)
     for entry in history:
-        grid.add_row(when(entry["at"]), f"{entry['action']} by {entry['actor']}", change(entry))
+        what = Text(f"{entry['action']} by {entry['actor']}")
+        if changed := change(entry):
+            what.append(f"\n{changed}", style="dim")
+        grid.add_row(when(entry["at"]), what)
     return grid
 
 

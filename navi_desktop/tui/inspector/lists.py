@@ -108,7 +108,7 @@ class MemoryList(OptionList):
         for category in sorted(groups, key=group_order):
             items = groups[category]
             header = Text.assemble(
-                ((category or "uncategorised").capitalize(), "bold"), (f"  {len(items)}", "dim")
+                ((category or "uncategorised").capitalize(), "bold"), (f" ({len(items)})", "dim")
             )
             options.append(Option(header, id=f"{HEADER_PREFIX}{category}", disabled=True))
             options += [Option(Text("  ") + row(self.tab, m), id=str(m["id"])) for m in items]

@@ -38,6 +38,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
     InspectorScreen #detail { width: 2fr; }
     InspectorScreen TabPane { padding: 0; }
     """
+    # Session and export stay out of the footer (it is full): F1 and the palette list them.
     BINDINGS = [
         Binding("slash", "focus_search", "Search", id="navi.memory.search"),
         Binding("f", "forget", "Forget", id="navi.memory.forget"),
@@ -46,8 +47,8 @@ class InspectorScreen(MemoryActions, NaviScreen):
         Binding("a", "accept", "Accept", id="navi.memory.accept"),
         Binding("E", "edit_accept", "Edit & accept", id="navi.memory.edit_accept"),
         Binding("x", "reject", "Reject", id="navi.memory.reject"),
-        Binding("j", "open_session", "Open session", id="navi.memory.open_session"),
-        Binding("ctrl+e", "export", "Export", id="navi.memory.export"),
+        Binding("j", "open_session", "Open session", id="navi.memory.open_session", show=False),
+        Binding("ctrl+e", "export", "Export", id="navi.memory.export", show=False),
     ]
 
     def __init__(self) -> None:
