@@ -15,13 +15,6 @@ from tests.fake_ollama import Reply
 from tests.tui_support import SIZE, Daemon, make_home, until
 
 
-@pytest.fixture
-async def daemon(fake, tmp_path):
-    d = await Daemon(make_home(tmp_path, fake.url)).start()
-    yield d
-    await d.stop()
-
-
 def views(app: NaviApp) -> list[MessageView]:
     return list(app.screen.query(MessageView))
 

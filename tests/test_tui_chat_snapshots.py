@@ -10,31 +10,16 @@ import pytest
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
 from tests.fake_ollama import Reply
-from tests.tui_support import SIZE, ThreadedDaemon, make_home, threaded_fake_ollama, until
+from tests.tui_support import SIZE, snapshot_daemon, until
 
 PORT = 47811
 STREAMED = ["Here is ", "a **plan**:\n\n", "1. Pack\n", "2. Travel\n\n", "```sh\n", "echo hi\n"]
 
 
 @pytest.fixture
-def fake():
-    server = threaded_fake_ollama(PORT).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def app_for(tmp_path):
-    started: list[ThreadedDaemon] = []
-
-    def make(host: str, **kw) -> NaviApp:
-        daemon = ThreadedDaemon(make_home(tmp_path, host)).start()
-        started.append(daemon)
-        return NaviApp(daemon.paths, autostart=False, **kw)
-
-    yield make
-    for daemon in started:
-        daemon.stop()
+def running(tmp_path):
+    with snapshot_daemon(tmp_path, PORT) as daemon:
+        yield daemon
 
 
 def still(app: NaviApp) -> None:
@@ -55,9 +40,9 @@ def replied(app: NaviApp, text: str):
     return check
 
 
-def test_chat_while_streaming(snap_compare, fake, app_for):
-    fake.script(Reply(chunks=STREAMED, hang=True))  # the fence is still open mid-stream
-    app = app_for(fake.url)
+def test_chat_while_streaming(snap_compare, running):
+    running.fake.script(Reply(chunks=STREAMED, hang=True))  # the fence is still open mid-stream
+    app = NaviApp(running.paths, autostart=False)
 
     async def run_before(pilot) -> None:
         await settled(app, pilot)
@@ -68,9 +53,9 @@ def test_chat_while_streaming(snap_compare, fake, app_for):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_chat_after_the_reply(snap_compare, fake, app_for):
-    fake.script(Reply("".join(STREAMED) + "```\n\nHave a good trip!"))
-    app = app_for(fake.url)
+def test_chat_after_the_reply(snap_compare, running):
+    running.fake.script(Reply("".join(STREAMED) + "```\n\nHave a good trip!"))
+    app = NaviApp(running.paths, autostart=False)
 
     async def run_before(pilot) -> None:
         await settled(app, pilot)
@@ -81,9 +66,9 @@ def test_chat_after_the_reply(snap_compare, fake, app_for):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_incognito(snap_compare, fake, app_for):
-    fake.script(Reply("Nothing of this is kept."))
-    app = app_for(fake.url, incognito=True)
+def test_incognito(snap_compare, running):
+    running.fake.script(Reply("Nothing of this is kept."))
+    app = NaviApp(running.paths, autostart=False, incognito=True)
 
     async def run_before(pilot) -> None:
         await settled(app, pilot)
@@ -94,12 +79,13 @@ def test_incognito(snap_compare, fake, app_for):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_ollama_down_banner(snap_compare, app_for):
-    app = app_for("http://127.0.0.1:9")
+def test_ollama_down_banner(snap_compare, tmp_path):
+    with snapshot_daemon(tmp_path, None) as daemon:
+        app = NaviApp(daemon.paths, autostart=False)
 
-    async def run_before(pilot) -> None:
-        await settled(app, pilot)
-        await until(pilot, lambda: app.status.ollama_reachable is False)
-        await pilot.pause(0.1)
+        async def run_before(pilot) -> None:
+            await settled(app, pilot)
+            await until(pilot, lambda: app.status.ollama_reachable is False)
+            await pilot.pause(0.1)
 
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+        assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -25,18 +25,11 @@ from tests.tui_support import (
     Daemon,
     ThreadedDaemon,
     make_home,
-    threaded_fake_ollama,
+    snapshot_daemon,
     until,
 )
 
 SNAPSHOT_PORT = 47812  # other TUI snapshot tests use 47811 and 47813 at the same time
-
-
-@pytest.fixture
-async def daemon(tmp_path: Path, fake: Any) -> AsyncIterator[Daemon]:
-    running = await Daemon(make_home(tmp_path, fake.url)).start()
-    yield running
-    await running.stop()
 
 
 async def add(daemon: Daemon, value: str, **fields: Any) -> dict[str, Any]:
@@ -405,12 +398,8 @@ async def test_opens_without_a_daemon(tmp_path: Path) -> None:
 
 @pytest.fixture
 def threaded(tmp_path: Path) -> Any:
-    with threaded_fake_ollama(port=SNAPSHOT_PORT):
-        running = ThreadedDaemon(make_home(tmp_path, f"http://127.0.0.1:{SNAPSHOT_PORT}")).start()
-        try:
-            yield running
-        finally:
-            running.stop()
+    with snapshot_daemon(tmp_path, SNAPSHOT_PORT) as running:
+        yield running
 
 
 def seed_threaded(daemon: ThreadedDaemon) -> None:

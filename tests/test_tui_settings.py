@@ -17,35 +17,17 @@ from navi_desktop.tui.settings.screen import SettingsScreen
 from tests.tui_support import (
     SIZE,
     Daemon,
-    ThreadedDaemon,
-    fake_ollama,
     make_home,
-    threaded_fake_ollama,
+    snapshot_daemon,
     until,
 )
 
 SNAPSHOT_PORT = 47813  # other TUI snapshot tests use 47811 and 47812 at the same time
 
 
-@pytest.fixture(autouse=True)
-def _plain_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Colour settings in the environment change what is drawn.
-    monkeypatch.delenv("NO_COLOR", raising=False)
-    monkeypatch.delenv("FORCE_COLOR", raising=False)
-
-
 @pytest.fixture
-async def fake():  # type: ignore[no-untyped-def]
-    async with fake_ollama() as server:
-        yield server
-
-
-@pytest.fixture
-async def home(tmp_path: Path, fake: Any):  # type: ignore[no-untyped-def]
-    paths = make_home(tmp_path, fake.url)
-    daemon = await Daemon(paths).start()
-    yield paths
-    await daemon.stop()
+def home(daemon: Daemon) -> Any:
+    return daemon.paths
 
 
 def config_file(paths: Any) -> Path:
@@ -312,28 +294,23 @@ async def test_bindings_are_palette_commands(home: Any) -> None:
 
 
 def test_snapshot_inline_error(tmp_path: Path, snap_compare: Any) -> None:
-    with threaded_fake_ollama(port=SNAPSHOT_PORT):
-        paths = make_home(tmp_path, f"http://127.0.0.1:{SNAPSHOT_PORT}")
-        daemon = ThreadedDaemon(paths).start()
-        try:
-            app = NaviApp(paths, autostart=False)
+    with snapshot_daemon(tmp_path, SNAPSHOT_PORT) as daemon:
+        app = NaviApp(daemon.paths, autostart=False)
 
-            async def run_before(pilot: Any) -> None:
-                await pilot.pause()
-                await pilot.press("f4")
-                await until(pilot, lambda: isinstance(app.screen, SettingsScreen))
-                screen = screen_of(app)
-                note = screen.form.note(FIELDS["ollama.chat_model"])
-                await until(pilot, lambda: screen.loaded and note.installed is not None)
-                await until(pilot, lambda: app.status.memories is not None)
-                for field in screen.query(Input):
-                    field.cursor_blink = False  # a blinking cursor is drawn either way
-                await type_into(pilot, app, "memory.budget_tokens", "abc")
-                await until(pilot, lambda: error_text(app, "memory.budget_tokens"))
+        async def run_before(pilot: Any) -> None:
+            await pilot.pause()
+            await pilot.press("f4")
+            await until(pilot, lambda: isinstance(app.screen, SettingsScreen))
+            screen = screen_of(app)
+            note = screen.form.note(FIELDS["ollama.chat_model"])
+            await until(pilot, lambda: screen.loaded and note.installed is not None)
+            await until(pilot, lambda: app.status.memories is not None)
+            for field in screen.query(Input):
+                field.cursor_blink = False  # a blinking cursor is drawn either way
+            await type_into(pilot, app, "memory.budget_tokens", "abc")
+            await until(pilot, lambda: error_text(app, "memory.budget_tokens"))
 
-            assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
-        finally:
-            daemon.stop()
+        assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
 # ---- conversions (no app) ----------------------------------------------------------------------

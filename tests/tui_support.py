@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from tests.fake_ollama import FakeOllama, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS
 
 SNAPSHOT_PORT = 47811  # snapshots show the host: a fixed port keeps them stable
+DEAD_HOST = "http://127.0.0.1:9"  # the discard port: nothing listens there
 SIZE = (110, 34)
 
 CONFIG = """# test settings
@@ -74,6 +75,7 @@ class ThreadedDaemon:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.daemon = Daemon(paths)
+        self.fake: ThreadedFakeOllama | None = None  # set by snapshot_daemon()
 
     def start(self) -> ThreadedDaemon:
         self.thread.start()
@@ -108,3 +110,18 @@ def fake_ollama(port: int = 0) -> FakeOllama:
 
 def threaded_fake_ollama(port: int = SNAPSHOT_PORT) -> ThreadedFakeOllama:
     return ThreadedFakeOllama(MODELS, port=port)
+
+
+@contextlib.contextmanager
+def snapshot_daemon(root: Path, port: int | None) -> Iterator[ThreadedDaemon]:
+    """For snapshots: the fake Ollama on a fixed port (the status line shows the host) and a
+    daemon using it, both in threads. ``port=None``: Ollama down (nothing listens on 9)."""
+    fake = threaded_fake_ollama(port).start() if port else None
+    daemon = ThreadedDaemon(make_home(root, fake.url if fake else DEAD_HOST)).start()
+    daemon.fake = fake
+    try:
+        yield daemon
+    finally:
+        daemon.stop()
+        if fake is not None:
+            fake.stop()

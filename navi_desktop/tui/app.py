@@ -23,7 +23,7 @@ from textual.worker import Worker, WorkerState
 from navi_desktop.config import Settings, load_settings
 from navi_desktop.paths import Paths
 from navi_desktop.tui.link import DaemonLink, LinkState
-from navi_desktop.tui.status import Status
+from navi_desktop.tui.status import Status, daemon_fields, same_model
 
 Event = tuple[str, Any]  # (notification method, params)
 
@@ -107,6 +107,7 @@ class NaviApp(App[None]):
         self.set_status(daemon=state.state, daemon_detail=state.detail)
         if state.state == "up":
             self.refresh_status()
+            self.check_models()
         self.event_signal.publish(("link.state", state))
 
     def _on_daemon_event(self, method: str, params: Any) -> None:
@@ -117,6 +118,7 @@ class NaviApp(App[None]):
                 ollama_error=params.get("error"),
             )
             self.refresh_status()
+            self.check_models()
         elif method in ("memory.changed", "session.state", "session.updated"):
             self.refresh_status()
         elif method == "settings.changed" and isinstance(params, dict):
@@ -131,28 +133,33 @@ class NaviApp(App[None]):
         self._apply_ui_settings(settings)
         self.set_status(profile=self.profile or settings.memory.effective_profile())
         self.refresh_status()
+        self.check_models()
 
     @work(exclusive=True, group="status", exit_on_error=False)
     async def refresh_status(self) -> None:
         """Ask the daemon for the figures on the status line (after each change it reports)."""
         try:
-            status = self.status.with_daemon_status(await self.link.call("daemon.status"))
-            status = status.with_stats(await self.link.memory("stats"))
-            status = replace(status, missing_models=await self._missing_models(status))
+            daemon = await self.link.call("daemon.status")
+            stats = await self.link.memory("stats")
         except Exception:  # the link reports a lost daemon itself; figures wait for it
             return
-        self.status = replace(status, daemon=self.status.daemon, incognito=self.status.incognito)
-        self.status_signal.publish(self.status)
+        self.set_status(**daemon_fields(daemon, stats))
 
-    async def _missing_models(self, status: Status) -> tuple[str, ...]:
-        if not status.ollama_reachable:
-            return ()
-        reply = await self.link.call("ollama.models")
-        installed = {m["name"] for m in reply.get("models", [])}
+    @work(exclusive=True, group="models", exit_on_error=False)
+    async def check_models(self) -> None:
+        """Which configured models Ollama lacks: when Ollama or the settings change, not on
+        every memory change (listing models is an HTTP round trip per model)."""
+        try:
+            reply = await self.link.call("ollama.models")
+        except Exception:  # Ollama unreachable: the banner already says so
+            self.set_status(missing_models=())
+            return
+        installed = [m["name"] for m in reply.get("models", [])]
         wanted = [self.settings.ollama.chat_model]
         if self.settings.memory.embedder == "ollama":
             wanted.append(self.settings.ollama.embedding_model)
-        return tuple(m for m in wanted if m not in installed and f"{m}:latest" not in installed)
+        missing = tuple(m for m in wanted if not any(same_model(m, i) for i in installed))
+        self.set_status(missing_models=missing)
 
     # -- actions -------------------------------------------------------------------------------
 

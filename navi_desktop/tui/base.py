@@ -30,14 +30,9 @@ class NaviScreen(Screen[None]):
     def compose_body(self) -> ComposeResult:
         yield from ()
 
-    _subscribed = False
-
     def on_mount(self) -> None:
-        # Textual calls on_mount for each class in the MRO, and subclasses may also call
-        # super(): subscribe once, or every notification would arrive twice.
-        if self._subscribed:
-            return
-        self._subscribed = True
+        # Textual calls every class's on_mount itself: subclasses must not call super(), or
+        # every notification would arrive twice.
         self.navi.event_signal.subscribe(self, self._event)
         self.navi.status_signal.subscribe(self, self._status)
         self._status(self.navi.status)

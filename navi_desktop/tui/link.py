@@ -94,7 +94,9 @@ class DaemonLink:
             self.state = state
             self._on_state(state)
 
-    async def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+    async def call(
+        self, method: str, params: dict[str, Any] | None = None, *, timeout: float | None = None
+    ) -> Any:
         """Call the daemon; the profile is added to every call when one was chosen."""
         client = self._client
         if client is None or client.closed:
@@ -103,7 +105,7 @@ class DaemonLink:
         params = dict(params or {})
         if self.profile and "profile" not in params:
             params["profile"] = self.profile
-        return await client.call(method, params, timeout=kw.get("timeout"))
+        return await client.call(method, params, timeout=timeout)
 
     async def memory(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A ``memory.*`` call with the store method's own arguments."""

@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
+
+Counts = Mapping[str, Mapping[str, int]]  # memory.stats "memories": kind -> status -> count
+
+
+def daemon_fields(status: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
+    """The ``Status`` fields that ``daemon.status`` and ``memory.stats`` answer."""
+    ollama = status.get("ollama") or {}
+    return {
+        "ollama_host": ollama.get("host"),
+        "ollama_reachable": bool(ollama.get("reachable")),
+        "ollama_error": ollama.get("error"),
+        "chat_model": status.get("chat_model"),
+        "pending": int(status.get("pending_extractions") or 0),
+        "last_failure": status.get("last_failure"),
+        "counts": stats.get("memories") or {},
+    }
+
+
+def same_model(a: str, b: str) -> bool:
+    """Ollama names ``llama3.2`` and ``llama3.2:latest`` the same model."""
+    return a == b or a.removesuffix(":latest") == b.removesuffix(":latest")
 
 
 @dataclass(frozen=True)
@@ -15,30 +37,24 @@ class Status:
     ollama_error: str | None = None
     chat_model: str | None = None
     missing_models: tuple[str, ...] = ()
-    memories: int | None = None
-    held: int = 0
+    counts: Counts | None = None  # None: not known yet
     pending: int = 0
     last_failure: str | None = None
     profile: str | None = None
     incognito: bool = False
 
-    def with_daemon_status(self, data: dict[str, Any]) -> Status:
-        ollama = data.get("ollama") or {}
-        return replace(
-            self,
-            ollama_host=ollama.get("host"),
-            ollama_reachable=bool(ollama.get("reachable")),
-            ollama_error=ollama.get("error"),
-            chat_model=data.get("chat_model"),
-            pending=int(data.get("pending_extractions") or 0),
-            last_failure=data.get("last_failure"),
-        )
+    def count(self, status: str, kind: str | None = None) -> int:
+        """Memories with this status (of this kind, or of every kind)."""
+        kinds = [kind] if kind else list(self.counts or {})
+        return sum((self.counts or {}).get(k, {}).get(status, 0) for k in kinds)
 
-    def with_stats(self, stats: dict[str, Any]) -> Status:
-        by_kind: dict[str, dict[str, int]] = stats.get("memories") or {}
-        active = sum(statuses.get("active", 0) for statuses in by_kind.values())
-        held = sum(statuses.get("held", 0) for statuses in by_kind.values())
-        return replace(self, memories=active, held=held)
+    @property
+    def memories(self) -> int | None:
+        return None if self.counts is None else self.count("active")
+
+    @property
+    def held(self) -> int:
+        return self.count("held")
 
     def problems(self) -> list[str]:
         """What is wrong, each with how to fix it: the banner's lines, worst first."""

@@ -8,7 +8,6 @@ before the first message, so Esc can always name the session to cancel.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from textual import on, work
@@ -23,6 +22,7 @@ from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.sessions import SessionsPane
 from navi_desktop.tui.chat.used import UsedScreen
 from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
+from navi_desktop.tui.export import export_here
 
 NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
 
@@ -36,7 +36,6 @@ class ChatScreen(NaviScreen):
     ChatScreen #transcript { height: 1fr; padding: 1 1 0 1; }
     ChatScreen.-incognito #transcript { background: $error 8%; }
     ChatScreen.-incognito Prompt { border: round $error; }
-    ChatScreen #empty { color: $text-muted; padding: 1 2; }
     """
     BINDINGS = [
         Binding("escape", "cancel", "Stop reply", id="navi.chat.cancel"),
@@ -86,7 +85,6 @@ class ChatScreen(NaviScreen):
         return self.query_one(SessionsPane)
 
     def on_mount(self) -> None:
-        super().on_mount()
         self.query_one(Prompt).focus()
         if self.navi.start_incognito:
             self._set_incognito(True)
@@ -188,12 +186,8 @@ class ChatScreen(NaviScreen):
             self._stopping = False
             self.refresh_bindings()
             self.transcript.scroll_end(animate=False)
-        if not self.incognito:
-            self.sessions.current = self.session_id
-            self.sessions.reload()
 
     async def _add(self, view: MessageView) -> None:
-        self.query("#empty").remove()
         await self.transcript.mount(view)
         self.transcript.scroll_end(animate=False)
         self.transcript.anchor()
@@ -375,13 +369,10 @@ class ChatScreen(NaviScreen):
             self.navi.report(err, "Exporting the session")
             return
         title = self.sessions.title_of(self.session_id) or self.session_id
-        path = Path.cwd() / f"navi-session-{_slug(title)}.md"
         try:
-            from navi_desktop.fileio import write_private_atomic
-
-            write_private_atomic(path, reply["markdown"])
+            path = await export_here(f"navi-session-{_slug(title)}.md", reply["markdown"])
         except OSError as err:
-            self.navi.report(err, f"Writing {path}")
+            self.navi.report(err, "Writing the export")
             return
         self.notify(f"Exported to {path}")
 

@@ -3,14 +3,13 @@ edit then accept, reject), open the session it came from, and export the whole m
 
 from __future__ import annotations
 
-import asyncio
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
 
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
+from navi_desktop.tui.export import export_here
 from navi_desktop.tui.inspector.lists import clip
 
 if TYPE_CHECKING:
@@ -177,10 +176,9 @@ class MemoryActions:
 
     @work(exclusive=True, group="inspector-export", exit_on_error=False)
     async def action_export(self) -> None:
-        path = Path.cwd() / export_name(self.navi.status.profile or "default")
         try:
             text = await self.navi.link.memory("export_markdown")
-            await asyncio.to_thread(path.write_text, text, encoding="utf-8")
+            path = await export_here(export_name(self.navi.status.profile or "default"), text)
         except Exception as err:
             self.navi.report(err, "Exporting memory")
             return

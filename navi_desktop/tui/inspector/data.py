@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from navi_desktop.tui.status import Status
+
 # The engine's categories (navi_desktop.memory.models.CATEGORIES): copied, because importing
 # the engine would load SQLite and numpy into the TUI. A test checks that they agree.
 CATEGORIES = ("profile", "preferences", "technical", "projects", "relationships", "health", "other")
@@ -94,9 +96,6 @@ async def fetch(link: Link, tab: Tab, query: Query) -> Page:
     return Page(memories, int(reply["total"]) - (len(listed) - len(memories)))
 
 
-def counts(stats: dict[str, Any]) -> dict[str, int]:
-    """Each tab's count for its label, from ``memory.stats``."""
-    by_kind: dict[str, dict[str, int]] = stats.get("memories") or {}
-    out = {tab.id: by_kind.get(tab.kind or "", {}).get("active", 0) for tab in TABS}
-    out["inbox"] = sum(statuses.get("held", 0) for statuses in by_kind.values())
-    return out
+def counts(status: Status) -> dict[str, int]:
+    """Each tab's count for its label, from the app's status (``memory.stats``)."""
+    return {tab.id: status.count(tab.status, tab.kind) for tab in TABS}

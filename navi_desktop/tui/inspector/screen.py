@@ -23,6 +23,7 @@ from navi_desktop.tui.inspector.data import CATEGORIES, TAB_BY_ID, TABS, Memory,
 from navi_desktop.tui.inspector.data import counts as tab_counts
 from navi_desktop.tui.inspector.detail import DetailPane
 from navi_desktop.tui.inspector.lists import MemoryList
+from navi_desktop.tui.status import Status
 
 SEARCH_DELAY_S = 0.2  # wait for a pause in typing before asking the daemon
 
@@ -106,7 +107,6 @@ class InspectorScreen(MemoryActions, NaviScreen):
             return
         self.dirty = False
         self.load()
-        self.refresh_counts()
 
     @work(exclusive=True, group="inspector-load", exit_on_error=False)
     async def load(self, delay: float = 0.0) -> None:
@@ -133,12 +133,12 @@ class InspectorScreen(MemoryActions, NaviScreen):
         memory_list.show(page.memories, note)
         self.show_detail()
 
-    @work(exclusive=True, group="inspector-counts", exit_on_error=False)
-    async def refresh_counts(self) -> None:
-        try:
-            numbers = tab_counts(await self.navi.link.memory("stats"))
-        except Exception:  # the lists say what is wrong; the labels keep their last counts
+    def _status(self, status: Status) -> None:
+        """Tab labels count what the app's status counts: no second ``memory.stats`` call."""
+        super()._status(status)
+        if status.counts is None:
             return
+        numbers = tab_counts(status)
         tabs = self.query_one(TabbedContent)
         for tab in TABS:
             tabs.get_tab(tab.id).label = f"{tab.title} ({numbers[tab.id]})"

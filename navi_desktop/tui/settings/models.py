@@ -10,10 +10,7 @@ from textual.containers import Horizontal
 from textual.message import Message
 from textual.widgets import Button, ProgressBar, Select, Static
 
-
-def same_model(a: str, b: str) -> bool:
-    """Ollama names ``llama3.2`` and ``llama3.2:latest`` the same model."""
-    return a == b or a.removesuffix(":latest") == b.removesuffix(":latest")
+from navi_desktop.tui.status import same_model
 
 
 def model_options(installed: list[str] | None, current: str) -> list[tuple[str, str]]:

@@ -71,7 +71,6 @@ class SettingsScreen(NaviScreen):
         return self.query_one(SettingsForm)
 
     def on_mount(self) -> None:
-        super().on_mount()
         self._show_empty("Loading the settings from the Navi daemon…")
         if self.navi.link.connected:
             self.load()
