@@ -31,6 +31,7 @@ from navi_desktop.llm.backend import OllamaBackend
 from navi_desktop.llm.schema import schema_error
 from navi_desktop.memory.embedders import OllamaEmbedder
 from tests.fake_ollama import FakeModel, FakeOllama, Reply, ThreadedFakeOllama, fake_vector
+from tests.pipeline_helpers import make_backend
 
 MODELS = [
     FakeModel("llama3.2"),
@@ -81,9 +82,7 @@ async def fake():
 
 @pytest.fixture
 async def backend(fake):
-    async with OllamaBackend(
-        fake.url, timeout=2, connect_timeout=1, chunk_timeout=1, probe_timeout=2
-    ) as client:
+    async with make_backend(fake, timeout=2) as client:
         yield client
 
 

@@ -27,11 +27,7 @@ HISTORY = [
 ]
 
 
-@pytest.fixture
-async def store(tmp_path):
-    """Text search only (no embedding model reachable)."""
-    async with await MemoryStore.open(tmp_path / "memory.db") as s:
-        yield s
+# ``store`` (conftest): text search only, no embedder.
 
 
 @pytest.fixture

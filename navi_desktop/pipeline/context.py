@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.memory.clock import now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import Memory
@@ -114,8 +113,8 @@ async def _memory_block(
         return kept
 
     summary, _stale = await store.profile_summary()
-    if summary and take([quote(summary)], "About the user:"):
-        pass
+    if summary:
+        take([quote(summary)], "About the user:")
 
     rules = await store.active_rules()
     kept = take([f"- {quote(r.value)}" for r in rules], "Standing rules from the user:")
@@ -128,11 +127,14 @@ async def _memory_block(
         exclude_session=session_id,
         limit=settings.max_facts,
     )
-    cutoff = (parse_iso(now_iso()) - timedelta(days=settings.episode_max_age_days)).isoformat()
+    # Stored times sort as text; to the second is close enough for an age limit in days.
+    cutoff = (datetime.now(UTC) - timedelta(days=settings.episode_max_age_days)).strftime(
+        "%Y-%m-%dT%H:%M:%S"
+    )
     relevant = [
         h
         for h in hits
-        if h.memory is not None and not (h.kind == "episode" and h.memory.created_at < cutoff[:19])
+        if h.memory is not None and not (h.kind == "episode" and h.memory.created_at < cutoff)
     ]
     kept = take([f"- {_fact_line(h.memory)}" for h in relevant], "Possibly relevant memories:")
     for rank, hit in enumerate(relevant[: len(kept)], start=1):

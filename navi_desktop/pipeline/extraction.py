@@ -191,8 +191,11 @@ def parse_extraction(data: Any) -> Extraction:
     return Extraction(facts, rules, summary.strip())
 
 
+def request(instructions: str, material: str) -> list[dict[str, Any]]:
+    """The messages of every pipeline request: the instructions, then what to work on."""
+    return [{"role": "system", "content": instructions}, {"role": "user", "content": material}]
+
+
 def extraction_messages(transcript: str, categories: tuple[str, ...] = CATEGORIES) -> list[dict]:
-    return [
-        {"role": "system", "content": EXTRACTION_PROMPT.format(categories=", ".join(categories))},
-        {"role": "user", "content": f"Conversation:\n\n{transcript}"},
-    ]
+    prompt = EXTRACTION_PROMPT.format(categories=", ".join(categories))
+    return request(prompt, f"Conversation:\n\n{transcript}")

@@ -12,7 +12,12 @@ from navi_desktop.memory.clock import now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.pipeline.extraction import JsonModel, ModelOutputError
-from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, refresh_profile
+from navi_desktop.pipeline.session_end import (
+    RETRYABLE,
+    EndSettings,
+    ask_field,
+    refresh_profile,
+)
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -55,17 +60,11 @@ async def reflect(
     new = [m for m in facts if m.id > seen_upto]
     if len(new) < MIN_NEW_FACTS:
         return []
-    older = [m for m in facts if m not in new][:50]
+    older = [m for m in facts if m.id <= seen_upto][:50]
     listing = "New facts:\n" + "\n".join(f"- {memory_text(m)}" for m in new)
     if older:
         listing += "\n\nOlder facts:\n" + "\n".join(f"- {memory_text(m)}" for m in older)
-    answer = await llm.complete_json(
-        settings.model,
-        [{"role": "system", "content": REFLECTION_PROMPT}, {"role": "user", "content": listing}],
-        REFLECTION_SCHEMA,
-        settings.options,
-    )
-    insights = answer.get("insights") if isinstance(answer, dict) else None
+    insights = await ask_field(llm, settings, REFLECTION_PROMPT, listing, REFLECTION_SCHEMA)
     if not isinstance(insights, list) or not all(isinstance(i, str) for i in insights):
         raise ModelOutputError('reflection must return {"insights": [string, ...]}')
     results = await store.add_memories(

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+
+from navi_desktop.memory.facts import AWAITING_REPEAT
 
 
 class Verdict(StrEnum):
@@ -42,6 +45,20 @@ def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip(" .,!?;:'")
 
 
+@dataclass(frozen=True)
+class Conversation:
+    """What evidence quotes are checked against, squashed once per session rather than once
+    per candidate: the transcript, and the user's lines that ask to remember something."""
+
+    transcript: str
+    explicit_lines: tuple[str, ...]
+
+    @classmethod
+    def of(cls, transcript: str, user_lines: Iterable[str]) -> Conversation:
+        explicit = tuple(squash(line) for line in user_lines if _EXPLICIT.search(line))
+        return cls(squash(transcript), explicit)
+
+
 def is_sensitive(category: str | None, key: str, value: str) -> bool:
     if category in SENSITIVE_CATEGORIES:
         return True
@@ -56,24 +73,23 @@ def decide(
     value: str,
     evidence: str,
     confidence: float,
-    transcript: str,
-    user_lines: list[str],
+    conversation: Conversation,
     forgotten: bool,
 ) -> Decision:
     """commit / hold / commit on repetition / drop, in that order of precedence:
     no evidence in the transcript or forgotten before → drop; the user asked to remember →
     commit; sensitive → hold; low confidence → hold or wait for a repeat; else commit."""
     quote = squash(evidence)
-    if len(quote) < 3 or quote not in squash(transcript):
+    if len(quote) < 3 or quote not in conversation.transcript:
         return Decision(Verdict.DROP, "evidence quote not found in the conversation")
     if forgotten:
         return Decision(Verdict.DROP, "the user made Navi forget this")
-    if any(quote in squash(line) and _EXPLICIT.search(line) for line in user_lines):
+    if any(quote in line for line in conversation.explicit_lines):
         return Decision(Verdict.COMMIT, "the user asked to remember it")
     if is_sensitive(category, key, value):
         return Decision(Verdict.HOLD, "sensitive: waiting for your review")
     if confidence < 0.5:
         return Decision(Verdict.HOLD, "low confidence: waiting for your review")
     if confidence < 0.7:
-        return Decision(Verdict.REPEAT, "uncertain: kept until it comes up again")
+        return Decision(Verdict.REPEAT, AWAITING_REPEAT)  # the store promotes on this reason
     return Decision(Verdict.COMMIT, "stated in conversation")

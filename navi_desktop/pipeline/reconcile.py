@@ -6,6 +6,7 @@ memory; same subject and key with a different value → supersede it; otherwise 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ import numpy as np
 from navi_desktop.memory.facts import AWAITING_REPEAT
 from navi_desktop.memory.textproc import jaccard, normalize, normalize_key
 from navi_desktop.pipeline.extraction import Extraction, FactCandidate, RuleCandidate
-from navi_desktop.pipeline.policy import Verdict, decide
+from navi_desktop.pipeline.policy import Conversation, Verdict, decide
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -47,51 +48,75 @@ class Similarity:
     cosine: float | None = None  # None: the tuned value for the store's embedder, if any
 
 
-async def _same(store: MemoryStore, a: str, b: str, sim: Similarity) -> bool:
-    if normalize(a) == normalize(b) or jaccard(a, b) >= sim.jaccard:
+class _Matcher:
+    """Whether two texts state the same thing: by their words, else (for an embedder with a
+    threshold) by cosine. Each text is embedded at most once per plan, many in one call."""
+
+    def __init__(self, store: MemoryStore, sim: Similarity) -> None:
+        self.jaccard = sim.jaccard
+        self.embedder = store.embedder
+        self.threshold = None
+        if self.embedder is not None:
+            self.threshold = sim.cosine or TUNED_COSINE.get(self.embedder.model)
+        self.vectors: dict[str, np.ndarray] = {}
+
+    async def first(self, value: str, others: Sequence[str]) -> int | None:
+        """The index of the first of ``others`` that states the same as ``value``, or None."""
+        by_text = next(
+            (
+                n
+                for n, other in enumerate(others)
+                if normalize(other) == normalize(value) or jaccard(other, value) >= self.jaccard
+            ),
+            None,
+        )
+        earlier = others[:by_text] if by_text is not None else others
+        if earlier and await self._embed([value, *earlier]):
+            mine = self.vectors[value]
+            for n, other in enumerate(earlier):
+                if float(np.dot(self.vectors[other], mine)) >= self.threshold:
+                    return n
+        return by_text
+
+    async def _embed(self, texts: list[str]) -> bool:
+        if self.embedder is None or self.threshold is None:
+            return False
+        missing = list(dict.fromkeys(t for t in texts if t not in self.vectors))
+        if missing:
+            try:
+                vectors = await self.embedder.embed(missing, query=False)
+            except Exception:  # an unreachable embedder: fall back to text comparison only
+                return False
+            self.vectors.update(zip(missing, vectors, strict=True))
         return True
-    if store.embedder is None:
-        return False
-    threshold = sim.cosine or TUNED_COSINE.get(store.embedder.model)
-    if threshold is None:
-        return False
-    try:
-        vectors = await store.embedder.embed([a, b], query=False)
-    except Exception:  # an unreachable embedder: fall back to text comparison only
-        return False
-    return float(np.dot(vectors[0], vectors[1])) >= threshold
 
 
 async def plan(
     store: MemoryStore,
     extraction: Extraction,
     *,
-    transcript: str,
-    user_lines: list[str],
+    conversation: Conversation,
     sim: Similarity = Similarity(),
 ) -> list[Planned]:
     out: list[Planned] = []
     seen: set[tuple[str, str]] = set()
+    same = _Matcher(store, sim)
     for fact in extraction.facts:
         norm = (normalize_key(fact.subject, fact.key), normalize(fact.value))
         if norm in seen:
             continue
         seen.add(norm)
-        out.append(await _plan_fact(store, fact, transcript, user_lines, sim))
+        out.append(await _plan_fact(store, fact, conversation, same))
     for rule in extraction.rules:
         if ("rule", normalize(rule.instruction)) in seen:
             continue
         seen.add(("rule", normalize(rule.instruction)))
-        out.append(await _plan_rule(store, rule, transcript, user_lines, sim))
+        out.append(await _plan_rule(store, rule, conversation, same))
     return out
 
 
 async def _plan_fact(
-    store: MemoryStore,
-    fact: FactCandidate,
-    transcript: str,
-    user_lines: list[str],
-    sim: Similarity,
+    store: MemoryStore, fact: FactCandidate, conversation: Conversation, same: _Matcher
 ) -> Planned:
     forgotten = await store.is_forgotten(fact.value, subject=fact.subject, key=fact.key)
     decision = decide(
@@ -100,42 +125,36 @@ async def _plan_fact(
         value=fact.value,
         evidence=fact.evidence,
         confidence=fact.confidence,
-        transcript=transcript,
-        user_lines=user_lines,
+        conversation=conversation,
         forgotten=forgotten,
     )
     if decision.verdict is Verdict.DROP:
         return Planned("drop", "fact", fact, decision.reason)
-    same_key = await _current_by_key(store, normalize_key(fact.subject, fact.key))
+    norm_key = normalize_key(fact.subject, fact.key)
+    same_key = await _current_by_key(store, norm_key)
     if same_key is not None:
-        if await _same(store, same_key["value"], fact.value, sim):
+        if await same.first(fact.value, [same_key["value"]]) is not None:
             return Planned("strengthen", "fact", fact, "already known", same_key["id"])
         if decision.verdict in (Verdict.COMMIT, Verdict.REPEAT):
             # A new value held until it came up again: this is that repetition.
-            for row in await _waiting_by_key(store, normalize_key(fact.subject, fact.key)):
-                if await _same(store, row["value"], fact.value, sim):
-                    return Planned("strengthen", "fact", fact, "came up again", row["id"])
+            waiting = await _waiting_by_key(store, norm_key)
+            n = await same.first(fact.value, [row["value"] for row in waiting])
+            if n is not None:
+                return Planned("strengthen", "fact", fact, "came up again", waiting[n]["id"])
         if decision.verdict is Verdict.COMMIT:
             return Planned("supersede", "fact", fact, "new value for a known fact", same_key["id"])
         return Planned(decision.verdict.value, "fact", fact, decision.reason)
-    for hit in await store.search(fact.value, kinds=["fact"], limit=5, include_inactive=True):
-        memory = hit.memory
-        if (
-            memory
-            and memory.status in ("active", "held")
-            and await _same(store, memory.value, fact.value, sim)
-        ):
-            return Planned("strengthen", "fact", fact, "already known", memory.id)
+    hits = await store.search(fact.value, kinds=["fact"], limit=5, include_inactive=True)
+    known = [h.memory for h in hits if h.memory and h.memory.status in ("active", "held")]
+    n = await same.first(fact.value, [m.value for m in known])
+    if n is not None:
+        return Planned("strengthen", "fact", fact, "already known", known[n].id)
     action = "add" if decision.verdict is Verdict.COMMIT else decision.verdict.value
     return Planned(action, "fact", fact, decision.reason)
 
 
 async def _plan_rule(
-    store: MemoryStore,
-    rule: RuleCandidate,
-    transcript: str,
-    user_lines: list[str],
-    sim: Similarity,
+    store: MemoryStore, rule: RuleCandidate, conversation: Conversation, same: _Matcher
 ) -> Planned:
     forgotten = await store.is_forgotten(rule.instruction, kind="rule")
     decision = decide(
@@ -144,15 +163,15 @@ async def _plan_rule(
         value=rule.instruction,
         evidence=rule.evidence,
         confidence=1.0,
-        transcript=transcript,
-        user_lines=user_lines,
+        conversation=conversation,
         forgotten=forgotten,
     )
     if decision.verdict is Verdict.DROP:
         return Planned("drop", "rule", rule, decision.reason)
-    for existing in await store.active_rules():
-        if await _same(store, existing.value, rule.instruction, sim):
-            return Planned("strengthen", "rule", rule, "already a rule", existing.id)
+    rules = await store.active_rules()
+    n = await same.first(rule.instruction, [r.value for r in rules])
+    if n is not None:
+        return Planned("strengthen", "rule", rule, "already a rule", rules[n].id)
     return Planned("add", "rule", rule, decision.reason)
 
 

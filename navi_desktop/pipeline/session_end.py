@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import NaviError
 from navi_desktop.memory.documents import memory_text
-from navi_desktop.memory.facts import AWAITING_REPEAT, NewMemory
+from navi_desktop.memory.facts import NewMemory
 from navi_desktop.memory.sessions import SessionWrite
 from navi_desktop.pipeline.extraction import (
     EXTRACTION_SCHEMA,
@@ -29,8 +29,9 @@ from navi_desktop.pipeline.extraction import (
     ModelOutputError,
     extraction_messages,
     parse_extraction,
+    request,
 )
-from navi_desktop.pipeline.policy import squash
+from navi_desktop.pipeline.policy import Conversation, squash
 from navi_desktop.pipeline.reconcile import Planned, Similarity, plan
 from navi_desktop.pipeline.transcript import CHUNK_CHARS, chunks, transcript_lines
 
@@ -73,8 +74,9 @@ async def end_session(
     if not lines:  # only system messages: nothing to learn, move the watermark
         await store.commit_session(session_id, messages[-1].id, [], None)
         return report
-    transcript = "\n".join(text for _, text in lines)
-    user_lines = [m.content for m in messages if m.role == "user"]
+    conversation = Conversation.of(
+        "\n".join(text for _, text in lines), (m.content for m in messages if m.role == "user")
+    )
     try:
         parts = []
         for chunk in chunks(lines, settings.chunk_chars):
@@ -88,16 +90,15 @@ async def end_session(
         merged = Extraction(
             [f for p in parts for f in p.facts], [r for p in parts for r in p.rules], summary
         )
-        planned = await plan(
-            store, merged, transcript=transcript, user_lines=user_lines, sim=settings.similarity
-        )
+        planned = await plan(store, merged, conversation=conversation, sim=settings.similarity)
     except RETRYABLE as exc:
         reason = str(exc) or type(exc).__name__
         log.warning("session %s left pending: %s", session_id, reason)
         await store.mark_pending(session_id, reason)
         return EndReport(session_id, "pending", reason=reason, llm_calls=report.llm_calls)
 
-    writes = [w for p in planned if (w := _write(p, session_id, messages)) is not None]
+    quoted = [(m.id, squash(m.content)) for m in messages]
+    writes = [w for p in planned if (w := _write(p, session_id, quoted)) is not None]
     report.dropped = [f"{_label(p)}: {p.reason}" for p in planned if p.action == "drop"]
     commit = await store.commit_session(
         session_id, messages[-1].id, writes, summary or None, first_message_id=messages[0].id
@@ -117,21 +118,23 @@ async def _summary(
     if len(texts) <= 1:
         return texts[0] if texts else ""
     report.llm_calls += 1
-    answer = await llm.complete_json(
-        settings.model,
-        [
-            {"role": "system", "content": SUMMARY_MERGE_PROMPT},
-            {
-                "role": "user",
-                "content": "\n\n".join(f"Part {i}: {t}" for i, t in enumerate(texts, start=1)),
-            },
-        ],
-        MERGE_SCHEMA,
-        settings.options,
-    )
-    if not isinstance(answer, dict) or not isinstance(answer.get("summary"), str):
+    parts_text = "\n\n".join(f"Part {i}: {t}" for i, t in enumerate(texts, start=1))
+    summary = await ask_field(llm, settings, SUMMARY_MERGE_PROMPT, parts_text, MERGE_SCHEMA)
+    if not isinstance(summary, str):
         raise ModelOutputError('summary merge must return {"summary": string}')
-    return answer["summary"].strip()
+    return summary.strip()
+
+
+async def ask_field(
+    llm: JsonModel, settings: EndSettings, instructions: str, material: str, schema: dict
+) -> Any:
+    """One structured request for a schema of one required field: that field's value, or None
+    when the answer is not an object."""
+    (name,) = schema["required"]
+    answer = await llm.complete_json(
+        settings.model, request(instructions, material), schema, settings.options
+    )
+    return answer.get(name) if isinstance(answer, dict) else None
 
 
 async def refresh_profile(
@@ -146,25 +149,13 @@ async def refresh_profile(
     try:
         if report is not None:
             report.llm_calls += 1
-        answer = await llm.complete_json(
-            settings.model,
-            [
-                {"role": "system", "content": PROFILE_PROMPT},
-                {"role": "user", "content": f"Facts:\n{listing}"},
-            ],
-            PROFILE_SCHEMA,
-            settings.options,
-        )
-        if (
-            not isinstance(answer, dict)
-            or not isinstance(answer.get("profile"), str)
-            or not answer["profile"].strip()
-        ):
+        text = await ask_field(llm, settings, PROFILE_PROMPT, f"Facts:\n{listing}", PROFILE_SCHEMA)
+        if not isinstance(text, str) or not text.strip():
             raise ModelOutputError('profile must return {"profile": non-empty string}')
     except RETRYABLE as exc:
         log.warning("profile summary left stale: %s", exc)
         return False
-    await store.set_profile_summary(answer["profile"].strip())
+    await store.set_profile_summary(text.strip())
     return True
 
 
@@ -173,10 +164,10 @@ def _label(p: Planned) -> str:
     return f"{c.key}: {c.value}" if isinstance(c, FactCandidate) else c.instruction
 
 
-def _write(p: Planned, session_id: str, messages: list) -> SessionWrite | None:
+def _write(p: Planned, session_id: str, quoted: list[tuple[int, str]]) -> SessionWrite | None:
     if p.action == "drop":
         return None
-    span = _span(p.candidate.evidence, messages)
+    span = _span(p.candidate.evidence, quoted)
     if isinstance(p.candidate, FactCandidate):
         c = p.candidate
         memory = NewMemory(
@@ -204,16 +195,17 @@ def _write(p: Planned, session_id: str, messages: list) -> SessionWrite | None:
         )
     if p.action in ("hold", "repeat"):
         memory.status = "held"
-        memory.review_reason = AWAITING_REPEAT if p.action == "repeat" else p.reason
+        memory.review_reason = p.reason  # for "repeat", AWAITING_REPEAT: the store promotes it
         return SessionWrite("hold", memory)
     action = "strengthen" if p.action == "strengthen" else "add"
     return SessionWrite(action, memory, p.target_id)
 
 
-def _span(evidence: str, messages: list) -> int | None:
-    """The id of the message the evidence quote comes from."""
+def _span(evidence: str, quoted: list[tuple[int, str]]) -> int | None:
+    """The id of the message the evidence quote comes from (``quoted``: ids and squashed text)."""
     quote = squash(evidence)
-    for m in messages:
-        if quote and quote in squash(m.content):
-            return m.id
+    if quote:
+        for message_id, text in quoted:
+            if quote in text:
+                return message_id
     return None

@@ -62,6 +62,8 @@ TOOLS: list[dict[str, Any]] = [
     ),
 ]
 
+TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
+
 
 class MemoryTools:
     """Runs the memory tools for one session. ``changed`` collects the ids a call changed, so
@@ -74,7 +76,7 @@ class MemoryTools:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> str:
         handler = getattr(self, f"_{name}", None)
-        if name not in {t["function"]["name"] for t in TOOLS} or handler is None:
+        if name not in TOOL_NAMES or handler is None:
             return _json({"error": f"unknown tool {name!r}"})
         try:
             return _json(await handler(**arguments))
