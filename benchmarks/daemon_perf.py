@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from search_scale import SEED, pct, synthetic_facts, synthetic_queries  # noqa: E402
 
 from navi_desktop.daemon.client import DaemonClient  # noqa: E402
+from navi_desktop.daemon.main import lock_path, socket_path  # noqa: E402
 from navi_desktop.memory import MemoryStore  # noqa: E402
 from navi_desktop.paths import Paths  # noqa: E402
 from tests.fake_ollama import FakeModel, Reply, ThreadedFakeOllama  # noqa: E402
@@ -156,18 +157,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fake = ThreadedFakeOllama([FakeModel("llama3.2")], default_reply=responder).start()
     home = root / "h"
     (home / "config").mkdir(parents=True)
-    (home / "config" / "config.toml").write_text(
-        f'[ollama]\nchat_model = "llama3.2"\n[memory]\nembedder = "none"\nprofile = "{PROFILE}"\n'
-    )
     environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": fake.url}
     paths = Paths.from_env(environ)
-    sock = paths.runtime / "daemon.sock"
+    paths.config_file.write_text(
+        f'[ollama]\nchat_model = "llama3.2"\n[memory]\nembedder = "none"\nprofile = "{PROFILE}"\n'
+    )
+    sock = socket_path(paths)
     navi = navi_command()
     try:
         print(f"building a profile of {args.memories} memories ...", file=sys.stderr)
         build_s = asyncio.run(build_profile(paths, args.memories))
         subprocess.run([*navi, "daemon", "start"], env=environ, check=True, capture_output=True)
-        pid = int((paths.runtime / "daemon.lock").read_text())
+        pid = int(lock_path(paths).read_text())
 
         async def few() -> None:
             async with await DaemonClient.connect(sock) as client:

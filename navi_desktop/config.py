@@ -31,7 +31,6 @@ from navi_desktop.fileio import write_private_atomic
 from navi_desktop.llm.types import resolve_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
-CONFIG_FILE_NAME = "config.toml"
 EMBEDDERS = ("ollama", "local", "none")
 FILE_KEY = ""  # SettingError.key of an error about the whole file (unreadable, invalid TOML)
 KEYMAP_KEY = "ui.keymap"

@@ -11,6 +11,7 @@ from pathlib import Path
 from navi_desktop.errors import InvalidInput
 
 APP_NAME = "navi-desktop"
+CONFIG_FILE_NAME = "config.toml"
 _PROFILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -45,6 +46,10 @@ class Paths:
             runtime=Path(dirs.user_runtime_dir),
             cache=Path(dirs.user_cache_dir),
         )
+
+    @property
+    def config_file(self) -> Path:
+        return self.config / CONFIG_FILE_NAME
 
     def profile_db(self, profile: str) -> Path:
         return self.data / "profiles" / check_profile_name(profile) / "memory.db"

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from navi_desktop.daemon.client import DaemonClient
+from navi_desktop.daemon.main import socket_path
+from navi_desktop.paths import Paths
 from tests.fake_ollama import Reply, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS, extraction, fact, profile, rule
 
@@ -42,6 +47,13 @@ def navi(environ, *args, timeout=60):
         text=True,
         timeout=timeout,
     )
+
+
+def start_daemon(environ) -> Path:
+    """``navi daemon start``; returns the socket it listens on."""
+    started = navi(environ, "daemon", "start")
+    assert started.returncode == 0, started.stderr
+    return socket_path(Paths.from_env(environ))
 
 
 def test_chat_then_stop_writes_memories(env):
@@ -79,7 +91,7 @@ def test_chat_then_stop_writes_memories(env):
 
 def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
     fake, environ, home = env
-    assert navi(environ, "daemon", "start").returncode == 0
+    start_daemon(environ)
     again = navi(environ, "daemon", "run", timeout=20)
     assert again.returncode == 2 and "already running" in again.stderr
     navi(environ, "chat", "warm up")  # creates the profile file
@@ -98,13 +110,8 @@ def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
 
 
 def test_memory_commands_go_through_the_running_daemon(env):
-    import asyncio
-
-    from navi_desktop.daemon.client import DaemonClient
-
-    _, environ, home = env
-    assert navi(environ, "daemon", "start").returncode == 0
-    sock = home / "run" / "daemon.sock"
+    _, environ, _ = env
+    sock = start_daemon(environ)
 
     async def watch_and_add():
         async with await DaemonClient.connect(sock) as client:
@@ -135,13 +142,8 @@ def test_memory_commands_go_through_the_running_daemon(env):
 
 
 def test_settings_set_keeps_comments_and_broadcasts(env):
-    import asyncio
-
-    from navi_desktop.daemon.client import DaemonClient
-
     _, environ, home = env
-    assert navi(environ, "daemon", "start").returncode == 0
-    sock = home / "run" / "daemon.sock"
+    sock = start_daemon(environ)
 
     async def change():
         async with await DaemonClient.connect(sock) as client:

@@ -7,22 +7,12 @@ import asyncio
 
 import pytest
 
-from navi_desktop.config import load_settings
 from navi_desktop.daemon.main import _watch_ollama
 from navi_desktop.daemon.service import Service
 from navi_desktop.llm.types import Health
-from navi_desktop.paths import Paths
+from tests.daemon_support import Peer, make_service
 from tests.fake_ollama import FakeOllama, Reply
 from tests.pipeline_helpers import MODELS, extraction, fact, profile
-
-
-class Peer:
-    def __init__(self) -> None:
-        self.notes: list[tuple[str, dict]] = []
-
-    async def notify(self, method: str, params: dict) -> bool:
-        self.notes.append((method, params))
-        return True
 
 
 class QuickService(Service):
@@ -33,18 +23,12 @@ class QuickService(Service):
 @pytest.fixture
 async def setup(tmp_path):
     async with FakeOllama(MODELS) as fake:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            f'[ollama]\nhost = "{fake.url}"\n[memory]\nembedder = "none"\nprofile = "me"\n'
-        )
-        settings, errors = load_settings(config)
-        assert errors == []
         sent: list[tuple[str, str, dict]] = []
 
         async def broadcast(topic, method, params):
             sent.append((topic, method, params))
 
-        service = QuickService(Paths.from_env({"NAVI_HOME": str(tmp_path)}), settings, broadcast)
+        service = make_service(tmp_path, fake.url, broadcast, QuickService)
         try:
             yield fake, service, sent
         finally:
@@ -94,13 +78,9 @@ async def test_a_new_message_restarts_the_timer(setup):
 async def test_ollama_state_changes_are_broadcast_once_each():
     states = [Health(True, "h", "1"), Health(True, "h", "1"), Health(False, "h", error="down")]
 
-    class Backend:
-        async def health(self):
-            return states.pop(0) if len(states) > 1 else states[0]
-
     class Stub:
-        def backend(self):
-            return Backend()
+        async def ollama_health(self):
+            return states.pop(0) if len(states) > 1 else states[0]
 
     sent = []
 

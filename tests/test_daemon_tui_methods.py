@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from navi_desktop.config import load_settings
 from navi_desktop.daemon.client import (
     DaemonClient,
     RemoteInvalidInput,
@@ -25,7 +24,7 @@ from navi_desktop.daemon.service import Service
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.models import Signal
 from navi_desktop.memory.store import MemoryStore
-from navi_desktop.paths import Paths
+from tests.daemon_support import make_service
 from tests.fake_ollama import FakeModel, FakeOllama, Reply
 from tests.fakes import BagOfWordsEmbedder
 from tests.pipeline_helpers import MODELS
@@ -59,20 +58,10 @@ async def daemon(tmp_path):
     # A short socket path: tmp_path can be longer than a Unix socket address allows.
     root = Path(tempfile.mkdtemp(prefix="navi-tui-", dir="/tmp"))
     async with FakeOllama(MODELS) as fake:
-        config = tmp_path / "config.toml"
-        config.write_text(
-            f'[ollama]\nhost = "{fake.url}"\n[memory]\nembedder = "none"\nprofile = "me"\n'
-        )
-        settings, errors = load_settings(config)
-        assert errors == []
-        server: RpcServer | None = None
-
-        async def broadcast(topic, method, params):
-            if server is not None:
-                await server.broadcast(topic, method, params)
-
-        service = Service(Paths.from_env({"NAVI_HOME": str(tmp_path)}), settings, broadcast)
-        server = RpcServer(root / "daemon.sock", service.handlers())
+        server = RpcServer(root / "daemon.sock", {})
+        service = make_service(tmp_path, fake.url, server.broadcast)
+        for name, handler in service.handlers().items():
+            server.register(name, handler)
         await server.start()
         client = await DaemonClient.connect(root / "daemon.sock")
         try:
@@ -326,6 +315,18 @@ async def test_connection_test_reports_without_raising(daemon):
     dead = await daemon.call("ollama.test", host=DEAD_HOST)
     assert dead["host"] == DEAD_HOST and dead["reachable"] is False and dead["version"] is None
     assert "cannot reach Ollama" in dead["error"]
+
+
+async def test_status_answers_from_the_last_ollama_check(daemon):
+    """The status line asks after every turn: one check serves until the monitor's next."""
+    first = await daemon.call("daemon.status")
+    second = await daemon.call("daemon.status")
+    expected = {"host": daemon.fake.url, "reachable": True, "version": "0.12.3", "error": None}
+    assert first["ollama"] == second["ollama"] == expected
+    assert [r.path for r in daemon.fake.requests].count("/api/version") == 1
+    # An explicit connection test always asks the server.
+    assert await daemon.call("ollama.test") == expected
+    assert [r.path for r in daemon.fake.requests].count("/api/version") == 2
 
 
 async def test_pull_streams_progress_to_the_caller(daemon):

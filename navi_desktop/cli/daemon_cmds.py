@@ -78,28 +78,17 @@ def _paths() -> Any:
     return Paths.from_env()
 
 
-async def _client(start: bool = True) -> Any:
+async def _client() -> Any:
     """A connected client; starts the daemon first when none answers."""
-    from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
-    from navi_desktop.daemon.main import socket_path, start_background
+    from navi_desktop.daemon.main import connect
 
-    paths = _paths()
-    try:
-        return await DaemonClient.connect(socket_path(paths))
-    except DaemonUnavailable:
-        if not start:
-            raise
-    await asyncio.to_thread(start_background, paths)
-    return await DaemonClient.connect(socket_path(paths))
+    return await connect(_paths())
 
 
-def _call(method: str, params: dict[str, Any], *, start: bool = True) -> Any:
+def _call(method: str, params: dict[str, Any]) -> Any:
     async def main() -> Any:
-        client = await _client(start)
-        try:
+        async with await _client() as client:
             return await client.call(method, params)
-        finally:
-            await client.close()
 
     return asyncio.run(main())
 

@@ -186,7 +186,7 @@ def _profile(args: argparse.Namespace) -> str:
     if name is None:
         from navi_desktop.config import load_settings
 
-        settings, _ = load_settings(Paths.from_env().config / "config.toml")
+        settings, _ = load_settings(Paths.from_env().config_file)
         name = settings.memory.effective_profile()
     return check_profile_name(name)
 
@@ -201,19 +201,12 @@ async def _running_daemon(paths: Any) -> Any:
     """A client of the daemon, started when none answers; None when NAVI_DAEMON=off (scripts
     and tests that must not leave a background process), or when it cannot start (then the
     command works on the file directly, which SQLite's locking makes safe)."""
-    from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
-    from navi_desktop.daemon.main import socket_path, start_background
+    from navi_desktop.daemon.main import connect
 
     if os.environ.get("NAVI_DAEMON", "on") == "off":
         return None
-    sock = socket_path(paths)
     try:
-        return await DaemonClient.connect(sock, timeout=2.0)
-    except DaemonUnavailable:
-        pass
-    try:
-        await asyncio.to_thread(start_background, paths)
-        return await DaemonClient.connect(sock, timeout=2.0)
+        return await connect(paths, timeout=2.0)
     except NaviError as exc:
         print(f"navi: {exc}; using the memory file directly", file=sys.stderr)
         return None
@@ -716,7 +709,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    profile = _profile(args)
+    args.profile = profile = _profile(args)  # resolved once: _with_store reads it from args
 
     async def work(store: MemoryStore):
         return await store.stats()

@@ -21,8 +21,7 @@ _SPACE = re.compile(r"\s+")
 
 def error(message: str) -> None:
     """One line on stderr naming the problem."""
-    line = _SPACE.sub(" ", safe(str(message))).strip()
-    print(f"navi: {line}", file=sys.stderr)
+    print(f"navi: {one_line(str(message))}", file=sys.stderr)
 
 
 def emit_json(data: Any) -> None:

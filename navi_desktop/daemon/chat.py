@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
     from navi_desktop.pipeline.incognito import IncognitoSession
 
-Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+Emit = Callable[[str, dict[str, Any]], Awaitable[object]]  # e.g. Peer.notify
 HISTORY_MESSAGES = 40  # earlier turns sent with each prompt; the rest reach it as memory
 
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from navi_desktop.daemon.wire import INVALID_PARAMS, NOT_FOUND, encode, envelope
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
 
 log = logging.getLogger(__name__)
@@ -33,8 +34,6 @@ __all__ = [
     "call_sync",
 ]
 
-INVALID_PARAMS = -32602
-NOT_FOUND = -32001
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -173,10 +172,7 @@ class DaemonClient:
         """Call ``method`` and return its result; raise :class:`RpcCallError` (or
         ``InvalidInput``/``NotFound`` subclasses of it) on an error reply."""
         rid = next(self._ids)
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-        if params is not None:
-            message["params"] = params
-        data = _encode(message)
+        data = encode(envelope(method, params, rid))
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
@@ -196,10 +192,7 @@ class DaemonClient:
 
     async def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         """Send a notification (no id, no reply), e.g. to cancel a stream."""
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        await self._send(_encode(message))
+        await self._send(encode(envelope(method, params)))
 
     async def subscribe(self, *topics: str) -> list[str]:
         result = await self.call("rpc.subscribe", {"topics": list(topics)})
@@ -295,10 +288,6 @@ class DaemonClient:
                 future.set_result(msg["result"])
         elif isinstance(msg.get("method"), str):
             self._notifications.put_nowait(Notification(msg["method"], msg.get("params")))
-
-
-def _encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 def call_sync(

@@ -11,13 +11,15 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.paths import Paths, ensure_private_dir
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.client import DaemonClient
 
 log = logging.getLogger("navi.daemon")
 MAINTENANCE_EVERY_S = 6 * 3600
@@ -53,29 +55,28 @@ def _take_lock(paths: Paths) -> int:
     return fd
 
 
-async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
-    """Run the daemon until a signal or ``daemon.stop``."""
+async def serve(
+    paths: Paths, *, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Run the daemon until ``stop`` is set (a signal, see :func:`run_foreground`) or
+    ``daemon.stop`` is called."""
     from navi_desktop.config import load_settings
     from navi_desktop.config_watch import SettingsWatcher
     from navi_desktop.daemon.rpc import RpcServer
     from navi_desktop.daemon.service import Service
 
     lock = _take_lock(paths)
-    config_file = paths.config / "config.toml"
+    config_file = paths.config_file
     settings, errors = load_settings(config_file)
     for error in errors:
         log.warning("config: %s", error)
     sock = socket_path(paths)
     with contextlib.suppress(FileNotFoundError):
         sock.unlink()  # the lock is ours, so any socket here was left by a crash
-    stop = asyncio.Event()
-    server: Any = None
-
-    async def broadcast(topic: str, method: str, params: dict[str, Any]) -> None:
-        if server is not None:
-            await server.broadcast(topic, method, params)
-
-    service = Service(paths, settings, broadcast)
+    stop = stop or asyncio.Event()
+    server = RpcServer(sock, {})
+    service = Service(paths, settings, server.broadcast)
+    watcher_errors = list(errors)
 
     async def daemon_stop(params: dict[str, Any], peer: Any) -> dict[str, Any]:
         stop.set()
@@ -83,8 +84,6 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
 
     async def settings_get(params: dict[str, Any], peer: Any) -> dict[str, Any]:
         return {"settings": service.settings.to_dict(), "errors": [str(e) for e in watcher_errors]}
-
-    watcher_errors = list(errors)
 
     async def settings_set(params: dict[str, Any], peer: Any) -> dict[str, Any]:
         """Save changes ({dotted key: value}) to config.toml, keeping its comments; the
@@ -102,7 +101,7 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
         nonlocal watcher_errors
         service.settings = new
         watcher_errors = list(errs)
-        await broadcast(
+        await server.broadcast(
             "settings",
             "settings.changed",
             {
@@ -117,17 +116,14 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
         "settings.get": settings_get,
         "settings.set": settings_set,
     }
-    server = RpcServer(sock, handlers)
-    loop = asyncio.get_running_loop()
-    if threading.current_thread() is threading.main_thread():  # a daemon run in a thread: tests
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
+    for name, handler in handlers.items():
+        server.register(name, handler)
     watcher = SettingsWatcher(config_file, on_settings, settings=settings, errors=errors)
     await server.start()
     await watcher.start()
     await service.recover()
     maintenance = asyncio.ensure_future(_maintain(service))
-    monitor = asyncio.ensure_future(_watch_ollama(service, broadcast))
+    monitor = asyncio.ensure_future(_watch_ollama(service, server.broadcast))
     log.info("navi daemon %d listening on %s", os.getpid(), sock)
     if ready is not None:
         ready.set()
@@ -147,22 +143,15 @@ async def serve(paths: Paths, *, ready: asyncio.Event | None = None) -> None:
 
 async def _watch_ollama(service: Any, broadcast: Any, every_s: float = OLLAMA_CHECK_S) -> None:
     """Tell subscribers when Ollama comes up or goes away (the TUI's banner)."""
+    from navi_desktop.daemon.ollama_api import health_result
+
     last: tuple[bool, str | None] | None = None
     while True:
-        health = await service.backend().health()
+        health = await service.ollama_health()
         state = (health.reachable, health.error)
         if state != last:
             last = state
-            await broadcast(
-                "ollama",
-                "ollama.state",
-                {
-                    "host": health.host,
-                    "reachable": health.reachable,
-                    "version": health.version,
-                    "error": health.error,
-                },
-            )
+            await broadcast("ollama", "ollama.state", health_result(health))
         await asyncio.sleep(every_s)
 
 
@@ -179,7 +168,7 @@ async def _maintain(service: Any) -> None:
         if time.monotonic() - last < MAINTENANCE_EVERY_S:
             continue
         last = time.monotonic()
-        for profile in list(service._stores):
+        for profile in service.profiles:
             try:
                 await run_maintenance(
                     await service.store(profile), service.backend(), service.end_settings
@@ -189,10 +178,31 @@ async def _maintain(service: Any) -> None:
 
 
 def run_foreground(paths: Paths) -> int:
+    """The daemon process itself (``navi daemon run``): SIGTERM and SIGINT stop it cleanly."""
     ensure_private_dir(paths.state)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-    asyncio.run(serve(paths))
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(paths, stop=stop)
+
+    asyncio.run(main())
     return 0
+
+
+async def connect(paths: Paths, *, timeout: float = 5.0) -> DaemonClient:
+    """A client of the user's daemon, which is started first when none answers."""
+    from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
+
+    try:
+        return await DaemonClient.connect(socket_path(paths), timeout=timeout)
+    except DaemonUnavailable:
+        pass
+    await asyncio.to_thread(start_background, paths)
+    return await DaemonClient.connect(socket_path(paths), timeout=timeout)
 
 
 def start_background(paths: Paths, timeout: float = 15.0) -> int:

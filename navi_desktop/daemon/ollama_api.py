@@ -19,6 +19,7 @@ from navi_desktop.llm.errors import OllamaError
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service
     from navi_desktop.llm.backend import OllamaBackend
+    from navi_desktop.llm.types import Health
 
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
 
@@ -66,7 +67,11 @@ async def models(service: Service, params: dict[str, Any], peer: Any) -> dict[st
 async def test_connection(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
     """A connection test that never fails for an unreachable host: ``error`` says why."""
     async with _backend(service, params) as backend:
-        health = await backend.health()
+        return health_result(await backend.health())
+
+
+def health_result(health: Health) -> dict[str, Any]:
+    """A connection test's JSON form (``ollama.test``, ``daemon.status``, ``ollama.state``)."""
     return {
         "host": health.host,
         "reachable": health.reachable,

@@ -33,6 +33,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from navi_desktop.daemon.wire import (
+    ACCESS_DENIED,
+    APP_ERROR,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_CANCELLED,
+    envelope,
+)
+from navi_desktop.daemon.wire import encode as _encode
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
 from navi_desktop.paths import ensure_private_dir
 
@@ -56,16 +69,6 @@ __all__ = [
     "expose",
     "peer_uid",
 ]
-
-PARSE_ERROR = -32700
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
-APP_ERROR = -32000
-NOT_FOUND = -32001
-ACCESS_DENIED = -32003
-REQUEST_CANCELLED = -32800
 
 DEFAULT_MAX_FRAME = 8 * 1024 * 1024
 LINGER_S = 1.0  # how long a client whose frame was too large may go on sending
@@ -129,15 +132,6 @@ def allowed(uid: int | None) -> bool:
 # -- framing helpers -----------------------------------------------------------------
 
 
-def _encode(message: dict[str, Any]) -> bytes:
-    return (
-        json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-            "utf-8"
-        )
-        + b"\n"
-    )
-
-
 def _error(rid: Any, code: int, message: str, kind: str | None = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if kind is not None:
@@ -187,11 +181,8 @@ class Peer:
         (the connection is closed, or the params are not JSON-serialisable)."""
         if self._conn.closed:
             return False
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
         try:
-            data = _encode(message)
+            data = _encode(envelope(method, params))
         except (TypeError, ValueError):
             log.exception("notification %s could not be encoded as JSON", method)
             return False
@@ -396,10 +387,7 @@ class RpcServer:
         targets = [c for c in self._connections if not c.closed and c.peer.subscribed(topic)]
         if not targets:
             return 0
-        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-        if params is not None:
-            message["params"] = params
-        data = _encode(message)
+        data = _encode(envelope(method, params))
         results = await asyncio.gather(*(c.send(data) for c in targets))
         return sum(results)
 

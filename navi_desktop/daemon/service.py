@@ -8,13 +8,15 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon import memory_api, ollama_api
-from navi_desktop.daemon.chat import run_incognito_turn, run_turn
+from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
+from navi_desktop.daemon.main import OLLAMA_CHECK_S
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.store import MemoryStore
-from navi_desktop.paths import Paths, check_profile_name, default_profile
+from navi_desktop.paths import Paths, check_profile_name
 from navi_desktop.pipeline.context import ContextSettings
 from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
@@ -22,9 +24,10 @@ from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_sessio
 if TYPE_CHECKING:
     from navi_desktop.config import Settings
     from navi_desktop.llm.backend import OllamaBackend
+    from navi_desktop.llm.types import Health
 
 log = logging.getLogger(__name__)
-Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[None]]
+Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[object]]  # RpcServer.broadcast
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
 
 
@@ -47,16 +50,22 @@ class Service:
         self._opening: dict[str, asyncio.Future[MemoryStore]] = {}
         self._backend: OllamaBackend | None = None
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._turns: dict[str, asyncio.Task[Any]] = {}
+        self._turns: dict[str, asyncio.Task[TurnResult]] = {}
         self._ending: dict[tuple[str, str], asyncio.Task[EndReport]] = {}
         self._incognito: dict[str, IncognitoSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self._health: tuple[float, Health] | None = None  # (when, the last check's result)
 
     # -- resources -----------------------------------------------------------------------------
 
     def profile(self, params: dict[str, Any]) -> str:
-        name = params.get("profile") or self.settings.memory.profile or default_profile()
+        name = params.get("profile") or self.settings.memory.effective_profile()
         return check_profile_name(str(name))
+
+    @property
+    def profiles(self) -> list[str]:
+        """The profiles whose file is open."""
+        return sorted(self._stores)
 
     async def store(self, profile: str) -> MemoryStore:
         """The profile's store, opened once: concurrent first uses share one open (a second
@@ -252,8 +261,18 @@ class Service:
 
         return handle
 
-    async def status(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    async def ollama_health(self, max_age_s: float = 0.0) -> Health:
+        """Ollama's state: the last check when it is younger than ``max_age_s``, else a new one
+        (the daemon's monitor checks every ``OLLAMA_CHECK_S``)."""
+        if self._health is not None and time.monotonic() - self._health[0] < max_age_s:
+            return self._health[1]
         health = await self.backend().health()
+        self._health = (time.monotonic(), health)
+        return health
+
+    async def status(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        # The status line asks after every turn: the monitor's last check answers it.
+        health = await self.ollama_health(max_age_s=OLLAMA_CHECK_S)
         pending, reason = 0, None
         for store in self._stores.values():
             n, r = await store.pending_status()
@@ -262,51 +281,42 @@ class Service:
         return {
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 1),
-            "ollama": {
-                "host": health.host,
-                "reachable": health.reachable,
-                "version": health.version,
-                "error": health.error,
-            },
+            "ollama": ollama_api.health_result(health),
             "chat_model": self.settings.ollama.chat_model,
             "embedding_model": self.settings.ollama.embedding_model,
             "open_sessions": len(self._timers) + len(self._incognito),
             "pending_extractions": pending,
             "last_failure": reason,
-            "profiles": sorted(self._stores),
+            "profiles": self.profiles,
+        }
+
+    def _new_incognito(self) -> IncognitoSession:
+        session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
+        self._incognito[session.id] = session
+        return session
+
+    def _turn_args(self, peer: Any) -> dict[str, Any]:
+        """What every turn is given: the backend, the model, the memory budget, the caller."""
+        return {
+            "backend": self.backend(),
+            "model": self.settings.ollama.chat_model,
+            "emit": peer.notify,
+            "context": ContextSettings(budget_tokens=self.settings.memory.budget_tokens),
         }
 
     async def chat_send(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        text = _text(params, "text")
-        assert text is not None
+        text = str(_text(params, "text"))
         profile = self.profile(params)
         session_id = params.get("session_id")
-        incognito = bool(params.get("incognito")) or (session_id in self._incognito)
-        model = self.settings.ollama.chat_model
-        context = ContextSettings(budget_tokens=self.settings.memory.budget_tokens)
-
-        async def emit(method: str, data: dict[str, Any]) -> None:
-            await peer.notify(method, data)
-
-        if incognito:
+        if params.get("incognito") or session_id in self._incognito:
             session = self._incognito.get(session_id) if session_id else None
             if session is None:
-                session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
-                self._incognito[session.id] = session
+                session = self._new_incognito()
             store = await self.store(profile) if session.read_memory else None
-            result = await self._run(
-                session.id,
-                run_incognito_turn(
-                    session=session,
-                    store=store,
-                    backend=self.backend(),
-                    model=model,
-                    text=text,
-                    emit=emit,
-                    context=context,
-                ),
+            turn = run_incognito_turn(
+                session=session, store=store, text=text, **self._turn_args(peer)
             )
-            return result.to_dict() | {"incognito": True}
+            return await self._incognito_turn(session.id, turn)
 
         store = await self.store(profile)
         if session_id is None:
@@ -316,20 +326,59 @@ class Service:
                     self._spawn(self.end(profile, older.id, "new session"))
         else:
             await store.get_session(session_id)
-        use_tools = await self._supports_tools(model)
+        turn = partial(run_turn, text=text)
+        return await self._stored_turn(profile, store, session_id, peer, turn)
+
+    async def chat_regenerate(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+        """Answer the session's last user message again, replacing the last reply."""
+        session_id = str(_text(params, "session_id"))
+        if (session := self._incognito.get(session_id)) is not None:
+            store = await self.store(self.profile(params)) if session.read_memory else None
+            args = self._turn_args(peer)
+
+            async def incognito_turn() -> TurnResult:
+                # Dropped inside the turn: a refused call (already answering) changes nothing.
+                before = list(session.history)
+                text = session.drop_last_turn()
+                try:
+                    return await run_incognito_turn(session=session, store=store, text=text, **args)
+                except BaseException:
+                    session.history[:] = before  # a failed answer leaves the old turn in place
+                    raise
+
+            return await self._incognito_turn(session_id, incognito_turn())
+
+        profile = self.profile(params)
+        store = await self.store(profile)
+        await store.get_session(session_id)
+
+        async def turn(**args: Any) -> TurnResult:
+            user = await store.drop_last_reply(session_id)
+            return await run_turn(text=user.content, reuse_user=user, **args)
+
+        return await self._stored_turn(profile, store, session_id, peer, turn)
+
+    async def _incognito_turn(
+        self, session_id: str, turn: Coroutine[Any, Any, TurnResult]
+    ) -> dict[str, Any]:
+        result = await self._run(session_id, turn)
+        return result.to_dict() | {"incognito": True}
+
+    async def _stored_turn(
+        self,
+        profile: str,
+        store: MemoryStore,
+        session_id: str,
+        peer: Any,
+        turn: Callable[..., Coroutine[Any, Any, TurnResult]],
+    ) -> dict[str, Any]:
+        """Run ``turn`` (``run_turn`` less its text) in a stored session, then restart the
+        session's inactivity timer and tell subscribers what changed."""
+        args = self._turn_args(peer)
+        use_tools = await self._supports_tools(args["model"])
         try:
             result = await self._run(
-                session_id,
-                run_turn(
-                    store=store,
-                    backend=self.backend(),
-                    model=model,
-                    session_id=session_id,
-                    text=text,
-                    emit=emit,
-                    context=context,
-                    use_tools=use_tools,
-                ),
+                session_id, turn(store=store, session_id=session_id, use_tools=use_tools, **args)
             )
         finally:
             self._touch(profile, session_id)
@@ -348,7 +397,8 @@ class Service:
         except Exception:  # the chat call itself reports what is wrong with the server
             return False
 
-    async def _run(self, session_id: str, turn: Coroutine[Any, Any, Any]) -> Any:
+    async def _run(self, session_id: str, turn: Coroutine[Any, Any, TurnResult]) -> TurnResult:
+        """Run one turn as the session's only one (``chat.cancel`` cancels it)."""
         if session_id in self._turns:
             turn.close()  # never started: close it rather than leave it un-awaited
             raise InvalidInput(f"session {session_id} is already answering; cancel it first")
@@ -358,71 +408,6 @@ class Service:
             return await task
         finally:
             self._turns.pop(session_id, None)
-
-    async def chat_regenerate(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        """Answer the session's last user message again, replacing the last reply."""
-        session_id = str(_text(params, "session_id"))
-        model = self.settings.ollama.chat_model
-        context = ContextSettings(budget_tokens=self.settings.memory.budget_tokens)
-
-        async def emit(method: str, data: dict[str, Any]) -> None:
-            await peer.notify(method, data)
-
-        if (session := self._incognito.get(session_id)) is not None:
-            store = await self.store(self.profile(params)) if session.read_memory else None
-
-            async def incognito_turn() -> Any:
-                # Dropped inside the turn: a refused call (already answering) changes nothing.
-                before = list(session.history)
-                text = session.drop_last_turn()
-                try:
-                    return await run_incognito_turn(
-                        session=session,
-                        store=store,
-                        backend=self.backend(),
-                        model=model,
-                        text=text,
-                        emit=emit,
-                        context=context,
-                    )
-                except BaseException:
-                    session.history[:] = before  # a failed answer leaves the old turn in place
-                    raise
-
-            result = await self._run(session_id, incognito_turn())
-            return result.to_dict() | {"incognito": True}
-
-        profile = self.profile(params)
-        store = await self.store(profile)
-        await store.get_session(session_id)
-        use_tools = await self._supports_tools(model)
-
-        async def turn() -> Any:
-            user = await store.drop_last_reply(session_id)
-            return await run_turn(
-                store=store,
-                backend=self.backend(),
-                model=model,
-                session_id=session_id,
-                text=user.content,
-                emit=emit,
-                context=context,
-                use_tools=use_tools,
-                reuse_user=user,
-            )
-
-        try:
-            result = await self._run(session_id, turn())
-        finally:
-            self._touch(profile, session_id)
-        if result.memory_changed:
-            await self.broadcast(
-                "memory", "memory.changed", {"profile": profile, "ids": result.memory_changed}
-            )
-        await self.broadcast(
-            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
-        )
-        return result.to_dict() | {"incognito": False}
 
     async def chat_cancel(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
         session_id = _text(params, "session_id")
@@ -434,9 +419,7 @@ class Service:
 
     async def sessions_create(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
         if params.get("incognito"):
-            session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
-            self._incognito[session.id] = session
-            return {"id": session.id, "incognito": True}
+            return {"id": self._new_incognito().id, "incognito": True}
         store = await self.store(self.profile(params))
         title = params.get("title")
         created = await store.create_session(str(title) if title else None)
