@@ -28,8 +28,7 @@ from tests.daemon_support import make_service
 from tests.fake_ollama import FakeModel, FakeOllama, Reply
 from tests.fakes import BagOfWordsEmbedder
 from tests.pipeline_helpers import MODELS
-
-DEAD_HOST = "http://127.0.0.1:9"
+from tests.tui_support import DEAD_HOST
 
 
 class Daemon:

@@ -238,7 +238,7 @@ async def test_ollama_down_shows_a_banner_and_the_inspector_still_opens(tmp_path
 
 async def test_a_missing_model_is_named_with_the_command_that_fixes_it(fake, tmp_path):
     paths = make_home(tmp_path, fake.url)
-    config = paths.config / "config.toml"
+    config = paths.config_file
     config.write_text(config.read_text().replace('"llama3.2"', '"mistral"'))
     d = await Daemon(paths).start()
     try:

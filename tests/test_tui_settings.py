@@ -31,7 +31,7 @@ def home(daemon: Daemon) -> Any:
 
 
 def config_file(paths: Any) -> Path:
-    return paths.config / "config.toml"
+    return paths.config_file
 
 
 def screen_of(app: NaviApp) -> SettingsScreen:

@@ -32,10 +32,10 @@ inactivity_timeout_min = 30
 
 
 def make_home(root: Path, host: str, extra: str = "") -> Paths:
-    home = root / "home"
-    (home / "config").mkdir(parents=True, exist_ok=True)
-    (home / "config" / "config.toml").write_text(CONFIG.format(host=host) + extra)
-    return Paths.from_env({"NAVI_HOME": str(home)})
+    paths = Paths.from_env({"NAVI_HOME": str(root / "home")})
+    paths.config.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text(CONFIG.format(host=host) + extra)
+    return paths
 
 
 class Daemon:

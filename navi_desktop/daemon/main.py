@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -193,14 +194,24 @@ def run_foreground(paths: Paths) -> int:
     return 0
 
 
-async def connect(paths: Paths, *, timeout: float = 5.0) -> DaemonClient:
-    """A client of the user's daemon, which is started first when none answers."""
+async def connect(
+    paths: Paths,
+    *,
+    timeout: float = 5.0,
+    autostart: bool = True,
+    on_start: Callable[[], None] | None = None,
+) -> DaemonClient:
+    """A client of the user's daemon, which is started first when none answers (and
+    ``autostart``); ``on_start`` hears that it is being started."""
     from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
 
     try:
         return await DaemonClient.connect(socket_path(paths), timeout=timeout)
     except DaemonUnavailable:
-        pass
+        if not autostart:
+            raise
+    if on_start is not None:
+        on_start()
     await asyncio.to_thread(start_background, paths)
     return await DaemonClient.connect(socket_path(paths), timeout=timeout)
 

@@ -64,7 +64,7 @@ class NaviApp(App[None]):
     ) -> None:
         super().__init__(watch_css=watch_css)
         self.paths = paths
-        self.settings, errors = load_settings(paths.config / "config.toml")
+        self.settings, errors = load_settings(paths.config_file)
         self.profile = profile
         self.start_incognito = (
             self.settings.incognito.start_incognito if incognito is None else incognito

@@ -75,19 +75,14 @@ class DaemonLink:
             await asyncio.sleep(RETRY_S[0])
 
     async def _connect(self) -> DaemonClient:
-        from navi_desktop.daemon.main import socket_path
+        from navi_desktop.daemon.main import connect
 
-        path = socket_path(self.paths)
-        try:
-            return await DaemonClient.connect(path, timeout=2.0)
-        except DaemonUnavailable:
-            if not self._autostart:
-                raise
-        from navi_desktop.daemon.main import start_background
-
-        self._set(LinkState("connecting", "starting the Navi daemon…"))
-        await asyncio.to_thread(start_background, self.paths)
-        return await DaemonClient.connect(path, timeout=2.0)
+        return await connect(
+            self.paths,
+            timeout=2.0,
+            autostart=self._autostart,
+            on_start=lambda: self._set(LinkState("connecting", "starting the Navi daemon…")),
+        )
 
     def _set(self, state: LinkState) -> None:
         if state != self.state:
