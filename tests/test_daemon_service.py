@@ -4,6 +4,7 @@ settings are applied, and Ollama's state changes reach subscribers."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -124,3 +125,25 @@ async def test_concurrent_first_uses_open_the_profile_once(setup):
     _, service, _ = setup
     stores = await asyncio.gather(*(service.store("me") for _ in range(5)))
     assert all(s is stores[0] for s in stores)
+
+
+async def test_a_new_ollama_host_applies_at_once_and_the_old_client_is_closed(setup):
+    fake, service, _ = setup
+    fake.script(Reply("From the first server."))
+    first = await service.chat_send({"text": "hello"}, Peer())
+    old_backend = service.backend()
+    async with FakeOllama(MODELS, default_reply=Reply("From the second server.")) as second:
+        moved = replace(service.settings, ollama=replace(service.settings.ollama, host=second.url))
+        service.apply_settings(moved)
+        status = await service.status({}, Peer())
+        assert status["ollama"]["host"] == second.url
+        again = await service.chat_send(
+            {"text": "again", "session_id": first["session_id"]}, Peer()
+        )
+        assert again["reply"] == "From the second server."
+        assert second.bodies()  # the turn reached the new host
+        for _ in range(40):  # the old client closes once nothing uses it
+            if old_backend._http.is_closed:
+                break
+            await asyncio.sleep(0.05)
+        assert old_backend._http.is_closed

@@ -100,7 +100,7 @@ async def serve(
 
     async def on_settings(new: Any, errs: list[Any], changed: set[str]) -> None:
         nonlocal watcher_errors
-        service.settings = new
+        service.apply_settings(new)
         watcher_errors = list(errs)
         await server.broadcast(
             "settings",

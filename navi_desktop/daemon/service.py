@@ -94,7 +94,26 @@ class Service:
             return LocalEmbedder()
         from navi_desktop.memory.embedders import OllamaEmbedder
 
-        return OllamaEmbedder(self.settings.ollama.embedding_model, self.backend().embed_fn)
+        return OllamaEmbedder(self.settings.ollama.embedding_model, self._embed)
+
+    async def _embed(self, model: str, texts: list[str]) -> list[list[float]]:
+        # Looked up per call: a store opened before a host change embeds through the new one.
+        return await self.backend().embed_fn(model, texts)
+
+    def apply_settings(self, new: Settings) -> None:
+        """Take new settings. A new Ollama host or timeout gets a new client at once; turns
+        and session ends under way finish on the old one, which is closed after them."""
+        old, self.settings = self.settings, new
+        moved = (old.ollama.host, old.ollama.timeout_s) != (new.ollama.host, new.ollama.timeout_s)
+        if moved and self._backend is not None:
+            retired, self._backend, self._health = self._backend, None, None
+            self._spawn(self._retire(retired))
+
+    async def _retire(self, backend: OllamaBackend) -> None:
+        busy = {*self._turns.values(), *self._ending.values()}
+        if busy:
+            await asyncio.wait(busy)  # wait, never cancel: they are not ours to stop
+        await backend.aclose()
 
     def backend(self) -> OllamaBackend:
         if self._backend is None:
