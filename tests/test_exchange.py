@@ -10,23 +10,8 @@ from navi_desktop.errors import InvalidInput
 from navi_desktop.memory import MemoryStore
 from navi_desktop.memory.exchange import parse_export
 
-FIELDS = (
-    "kind",
-    "category",
-    "subject",
-    "key",
-    "value",
-    "evidence",
-    "source",
-    "confidence",
-    "status",
-    "pinned",
-    "mentions",
-    "created_at",
-    "valid_from",
-    "valid_to",
-    "session_id",
-)
+# Ids differ between profiles: import gives new ones (links are compared by value below).
+RENUMBERED = ("id", "superseded_by", "history")
 
 
 def history_of(memory):
@@ -43,9 +28,8 @@ def comparable(data):
     out = []
     for m in data["memories"]:
         successor = by_id.get(m["superseded_by"])
-        out.append(
-            (*tuple(m[f] for f in FIELDS), successor["value"] if successor else None, history_of(m))
-        )
+        fields = sorted((k, v) for k, v in m.items() if k not in RENUMBERED)
+        out.append((fields, successor["value"] if successor else None, history_of(m)))
     return sorted(out, key=repr)
 
 

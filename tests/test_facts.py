@@ -6,6 +6,7 @@ import pytest
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory import MemoryStore
+from tests.fakes import BagOfWordsEmbedder
 
 
 @pytest.fixture
@@ -112,6 +113,7 @@ async def test_unknown_ids_and_bad_values(store):
 
 
 async def test_messages_hot_path(store):
+    store.embedder = embedder = BagOfWordsEmbedder()  # so that a model call could happen
     session = await store.create_session("first chat")
     m1 = await store.save_message(session.id, "user", "hello there")
     m2 = await store.save_message(session.id, "assistant", "hi!", meta={"model": "llama3"})
@@ -122,7 +124,8 @@ async def test_messages_hot_path(store):
         await store.save_message("nope", "user", "x")
     with pytest.raises(InvalidInput, match="role"):
         await store.save_message(session.id, "narrator", "x")
-    assert await store.db.scalar("SELECT count(*) FROM embeddings") == 0  # no model call
+    assert embedder.calls == 0  # no model call
+    assert await store.db.scalar("SELECT count(*) FROM embeddings") == 0
 
 
 async def test_versions_and_guards_on_changes(store):

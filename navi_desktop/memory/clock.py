@@ -7,8 +7,13 @@ from datetime import UTC, datetime
 from navi_desktop.errors import InvalidInput
 
 
+def iso(when: datetime) -> str:
+    """``when`` in the stored form (an aware time, converted to UTC)."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso(datetime.now(UTC))
 
 
 def parse_iso(value: str) -> datetime:
@@ -22,4 +27,4 @@ def check_iso(value: str, what: str) -> str:
         when = parse_iso(value)
     except (ValueError, AttributeError, TypeError):
         raise InvalidInput(f"{what} must be an ISO 8601 date or time, got {value!r}") from None
-    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return iso(when)

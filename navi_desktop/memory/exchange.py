@@ -10,7 +10,7 @@ from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
-from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES
+from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, HistoryEntry
 from navi_desktop.memory.textproc import normalize, normalize_key
 
 if TYPE_CHECKING:
@@ -108,15 +108,9 @@ class ExchangeOps:
                 " (SELECT session_id FROM memories) ORDER BY created_at"
             )
         by_memory: dict[int, list[dict[str, Any]]] = {}
-        for h in history:
-            by_memory.setdefault(h["memory_id"], []).append(
-                {
-                    "action": h["action"],
-                    "actor": h["actor"],
-                    "at": h["at"],
-                    "old": json.loads(h["old"]) if h["old"] else None,
-                    "new": json.loads(h["new"]) if h["new"] else None,
-                }
+        for h in map(HistoryEntry.from_row, history):
+            by_memory.setdefault(h.memory_id, []).append(
+                {"action": h.action, "actor": h.actor, "at": h.at, "old": h.old, "new": h.new}
             )
         return {
             "format": FORMAT,
@@ -142,11 +136,11 @@ class ExchangeOps:
             "episode": "Episodes",
             "reflection": "Reflections",
         }
-        for kind in ("fact", "rule", "episode", "reflection"):
+        for kind, title in titles.items():
             items = [m for m in data["memories"] if m["kind"] == kind]
             if not items:
                 continue
-            lines += [f"## {titles[kind]}", ""]
+            lines += [f"## {title}", ""]
             groups: dict[str, list[dict[str, Any]]] = {}
             for m in items:
                 groups.setdefault(m["category"] or "other", []).append(m)
@@ -257,17 +251,13 @@ class ExchangeOps:
             ),
         )
         for h in item.get("history") or []:
-            await self.db.execute(
-                "INSERT INTO memory_history (memory_id, action, actor, at, old, new)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    new_id,
-                    h.get("action", "create"),
-                    h.get("actor", "import"),
-                    h.get("at") or now,
-                    json.dumps(h["old"], ensure_ascii=False) if h.get("old") else None,
-                    json.dumps(h["new"], ensure_ascii=False) if h.get("new") else None,
-                ),
+            await self._history(
+                new_id,
+                h.get("action", "create"),
+                h.get("actor", "import"),
+                h.get("old"),
+                h.get("new"),
+                at=h.get("at") or now,
             )
         await self._history(new_id, "import", "import", new={"from_id": item["id"]})
         await self._index_memory(await self._row(new_id))

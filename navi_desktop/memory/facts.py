@@ -68,6 +68,11 @@ class NewMemory:
         if not isinstance(self.confidence, int | float) or not 0 <= self.confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, got {self.confidence!r}")
 
+    @property
+    def norm_key(self) -> str | None:
+        """The fact's identity (see ``normalize_key``); None for a memory without a key."""
+        return normalize_key(self.subject, self.key) if self.key else None
+
 
 @dataclass
 class WriteResult:
@@ -90,6 +95,8 @@ class FactOps:
         actor: str,
         old: dict[str, Any] | None = None,
         new: dict[str, Any] | None = None,
+        *,
+        at: str | None = None,
     ) -> None:
         await self.db.execute(
             "INSERT INTO memory_history (memory_id, action, actor, at, old, new)"
@@ -98,7 +105,7 @@ class FactOps:
                 memory_id,
                 action,
                 actor,
-                now_iso(),
+                at or now_iso(),
                 json.dumps(old, ensure_ascii=False) if old else None,
                 json.dumps(new, ensure_ascii=False) if new else None,
             ),
@@ -118,15 +125,19 @@ class FactOps:
         """The earlier versions this memory replaced, newest first."""
         async with self.db.reading():
             await self._row(memory_id)
-            rows = await self.db.fetchall(
-                "WITH RECURSIVE older(id, depth) AS ("
-                " SELECT id, 1 FROM memories WHERE superseded_by = ?"
-                " UNION SELECT m.id, older.depth + 1 FROM memories m"
-                " JOIN older ON m.superseded_by = older.id WHERE older.depth < 1000)"
-                " SELECT memories.* FROM older JOIN memories USING (id) ORDER BY depth",
-                (memory_id,),
-            )
+            rows = await self._older_versions(memory_id)
         return [Memory.from_row(r) for r in rows]
+
+    async def _older_versions(self: MemoryStore, memory_id: int) -> list[Any]:
+        """Rows of every version ``memory_id`` replaced, directly or not, nearest first."""
+        return await self.db.fetchall(
+            "WITH RECURSIVE older(id, depth) AS ("
+            " SELECT id, 1 FROM memories WHERE superseded_by = ?"
+            " UNION SELECT m.id, older.depth + 1 FROM memories m"
+            " JOIN older ON m.superseded_by = older.id WHERE older.depth < 1000)"
+            " SELECT memories.* FROM older JOIN memories USING (id) ORDER BY depth",
+            (memory_id,),
+        )
 
     async def history(self: MemoryStore, memory_id: int) -> list[HistoryEntry]:
         async with self.db.reading():
@@ -151,8 +162,7 @@ class FactOps:
             return [await self._upsert(item, actor) for item in batch]
 
     async def _upsert(self: MemoryStore, item: NewMemory, actor: str) -> WriteResult:
-        value = item.value.strip()
-        norm_key = normalize_key(item.subject, item.key) if item.key else None
+        value, norm_key = item.value.strip(), item.norm_key
         if await self._tombstoned(item.kind, norm_key, value):
             if item.source != "user_explicit":
                 return WriteResult("blocked", None)
@@ -165,7 +175,7 @@ class FactOps:
         current = await self._current_match(item.kind, norm_key, value)
         if current is not None and normalize(current["value"]) == normalize(value):
             return await self._strengthen(current, item.confidence, actor)
-        new_id = await self._insert(item, value, norm_key, actor)
+        new_id = await self._insert(item, actor)
         # A candidate held for review replaces nothing until it is accepted.
         if current is not None and current["status"] == "active" and item.status == "active":
             await self._supersede(current["id"], new_id, actor)
@@ -227,9 +237,7 @@ class FactOps:
                 return row
         return None
 
-    async def _insert(
-        self: MemoryStore, item: NewMemory, value: str, norm_key: str | None, actor: str
-    ) -> int:
+    async def _insert(self: MemoryStore, item: NewMemory, actor: str) -> int:
         now = now_iso()
         at = check_iso(item.at, "at") if item.at else now
         new_id = await self.db.execute(
@@ -242,8 +250,8 @@ class FactOps:
                 item.category,
                 item.subject,
                 item.key,
-                norm_key,
-                value,
+                item.norm_key,
+                item.value.strip(),
                 item.evidence,
                 item.source,
                 float(item.confidence),
@@ -310,7 +318,7 @@ class FactOps:
                 pinned=bool(old["pinned"]),
             )
             item.check()
-            new_id = await self._insert(item, value.strip(), old["norm_key"], actor)
+            new_id = await self._insert(item, actor)
             await self._supersede(memory_id, new_id, actor)
             return Memory.from_row(await self._row(new_id))
 

@@ -65,18 +65,10 @@ class ForgetOps:
         """
         report = ForgetReport()
         async with self.db.transaction():
-            chain = [await self._row(memory_id)]
-            while True:  # the versions this one replaced are the same memory
-                older = await self.db.fetchall(
-                    "SELECT * FROM memories WHERE superseded_by IN ("
-                    + ",".join("?" * len(chain))
-                    + ")",
-                    [r["id"] for r in chain],
-                )
-                older = [r for r in older if r["id"] not in {c["id"] for c in chain}]
-                if not older:
-                    break
-                chain.extend(older)
+            # The versions this one replaced are the same memory (each once, even if an
+            # imported file linked them in a loop).
+            rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
+            chain = list({r["id"]: r for r in rows}.values())
             summary = await self.db.scalar("SELECT value FROM meta WHERE key = 'profile_summary'")
             for row in chain:
                 fact_hash, value_hash = await self._tomb_hashes(

@@ -64,10 +64,7 @@ class LedgerOps:
                     for i in injections
                 ],
             )
-            await self.db.executemany(
-                "UPDATE memories SET last_used_at = ?, strength = 1.0 WHERE id = ?",
-                [(at, i.memory_id) for i in injections],
-            )
+            await self._mark_used([i.memory_id for i in injections], at)
 
     async def injections_for(self: MemoryStore, message_id: int) -> list[Injection]:
         """What was put into the prompt answering this user message ("what did you use?")."""

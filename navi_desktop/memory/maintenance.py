@@ -104,11 +104,8 @@ class MaintenanceOps:
         memories: dict[str, dict[str, int]] = {}
         for kind, status, n in by_status:
             memories.setdefault(kind, {})[status] = n
-        size = sum(
-            p.stat().st_size
-            for p in (self.path, self.path.with_name("memory.db-wal"))
-            if p.exists()
-        )
+        wal = self.path.with_name(self.path.name + "-wal")
+        size = sum(p.stat().st_size for p in (self.path, wal) if p.exists())
         return {
             "path": str(self.path),
             "memories": memories,
@@ -132,10 +129,13 @@ class MaintenanceOps:
         if not memory_ids:
             return
         async with self.db.transaction():
-            await self.db.executemany(
-                "UPDATE memories SET last_used_at = ?, strength = 1.0 WHERE id = ?",
-                [(now_iso(), i) for i in memory_ids],
-            )
+            await self._mark_used(memory_ids, now_iso())
+
+    async def _mark_used(self: MemoryStore, memory_ids: list[int], at: str) -> None:
+        await self.db.executemany(
+            "UPDATE memories SET last_used_at = ?, strength = 1.0 WHERE id = ?",
+            [(at, i) for i in memory_ids],
+        )
 
     async def decay(
         self: MemoryStore, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()

@@ -51,6 +51,22 @@ class Tuning:
 
 
 @dataclass(frozen=True)
+class Target:
+    """One kind of searchable row and where its index entries live."""
+
+    kind: str  # "memory" | "message": the first half of a Key
+    table: str
+    alias: str
+    fts: str
+    column: str  # its column in embeddings and entity_links
+    owner: int  # its owner code in the bit index
+
+
+MEMORIES = Target("memory", "memories", "m", "memories_fts", "memory_id", MEMORY)
+MESSAGES = Target("message", "messages", "g", "messages_fts", "message_id", MESSAGE)
+
+
+@dataclass(frozen=True)
 class Filters:
     kinds: tuple[str, ...]
     categories: tuple[str, ...] | None
@@ -62,6 +78,15 @@ class Filters:
     @property
     def memory_kinds(self) -> tuple[str, ...]:
         return tuple(k for k in self.kinds if k != "message")
+
+    def targets(self) -> list[tuple[Target, str, list[Any]]]:
+        """The kinds of row searched, each with its filter as SQL (on its alias) and params."""
+        out = []
+        if self.memory_kinds:
+            out.append((MEMORIES, *self.memory_sql(MEMORIES.alias)))
+        if "message" in self.kinds:
+            out.append((MESSAGES, *self.message_sql(MESSAGES.alias)))
+        return out
 
     def memory_sql(self, alias: str = "m") -> tuple[str, list[Any]]:
         marks = ",".join("?" * len(self.memory_kinds))
@@ -99,8 +124,8 @@ def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
 
 class SearchOps:
     tuning: Tuning = Tuning()
-    _links: tuple[tuple[int, int], int] | None = None  # (file stamp, count of entity_links)
-    _counts: dict[str, tuple[int, int]]  # table -> (reader's data_version, rows)
+    # (connection, table) -> ((data_version, total_changes), rows), see _count
+    _counts: dict[tuple[aiosqlite.Connection, str], tuple[tuple[int, int], int]]
 
     async def search(
         self: MemoryStore,
@@ -126,11 +151,10 @@ class SearchOps:
         # BM25 is the costliest signal on a large profile: it runs on the read connection,
         # in parallel with the other two on the main one (SQLite releases the GIL).
         bm25 = asyncio.create_task(self._bm25(query, filters, await self.db.reader()))
+        signals: dict[str, list[tuple[Key, float]]] = {}
         try:
             async with self.db.reading():
-                signals: dict[str, list[tuple[Key, float]]] = {
-                    "entity": await self._entities(query, filters),
-                }
+                signals["entity"] = await self._entities(query, filters)
                 if vector is not None:
                     signals["vector"] = await self._knn(vector, filters)
         finally:
@@ -178,25 +202,17 @@ class SearchOps:
             return []
         t = self.tuning
         hits: list[tuple[Key, float]] = []
-        for kind, fts, table, alias, columns, sql_of, wanted in (
-            ("memory", "memories_fts", "memories", "m", t.memory_columns, f.memory_sql,
-             bool(f.memory_kinds)),
-            ("message", "messages_fts", "messages", "g", t.message_columns, f.message_sql,
-             "message" in f.kinds),
-        ):  # fmt: skip
-            if not wanted:
-                continue
-            match = " OR ".join(await self._informative(conn, fts, table, terms))
-            where, params = sql_of(alias)
+        for target, where, params in f.targets():
+            fts = target.fts
+            match = " OR ".join(await self._informative(conn, fts, target.table, terms))
+            columns = t.memory_columns if target is MEMORIES else t.message_columns
             w = ", ".join(map(str, columns))
             ranked = (
                 f"SELECT rowid AS id, bm25({fts}, {w}) AS s FROM {fts} WHERE {fts} MATCH ?"
                 " ORDER BY s"
             )
-            rows = await self._top_filtered(
-                ranked, (match,), table, alias, where, params, "r.s", conn
-            )
-            hits += _ranked(rows, kind)
+            rows = await self._top_filtered(ranked, (match,), target, where, params, "r.s", conn)
+            hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: h[1])  # bm25(): lower is better
         return hits[: t.depth]
 
@@ -204,8 +220,7 @@ class SearchOps:
         self: MemoryStore,
         ranked: str,
         ranked_params: Sequence[Any],
-        table: str,
-        alias: str,
+        target: Target,
         where: str,
         params: Sequence[Any],
         order: str,
@@ -214,13 +229,14 @@ class SearchOps:
         """The first ``depth`` rows of ``ranked`` (an ordered ``SELECT id, s``) that pass the
         filters: the same rows as filtering everything, then sorting.
 
-        Filtering means a lookup in ``table`` per row; common words or names match thousands
-        of rows, and those lookups were most of a query's time at 100k memories. So only a
-        prefix of ``ranked`` is looked up, and the whole list only when filters reject so much
-        of that prefix that fewer than ``depth`` rows are left.
+        Filtering means a lookup in the target's table per row; common words or names match
+        thousands of rows, and those lookups were most of a query's time at 100k memories. So
+        only a prefix of ``ranked`` is looked up, and the whole list only when filters reject so
+        much of that prefix that fewer than ``depth`` rows are left.
         """
         depth = self.tuning.depth
         prefix = 4 * depth
+        table, alias = target.table, target.alias
         query = (
             f"SELECT {alias}.id, r.s FROM ({ranked} LIMIT ?) r"
             f" JOIN {table} {alias} ON {alias}.id = r.id WHERE {where} ORDER BY {order} LIMIT ?"
@@ -240,7 +256,7 @@ class SearchOps:
         IDF: they decide little of the ranking while costing most of the time. Counting
         matches is ~25 times cheaper than scoring them, and stops at the budget. The rarest
         term is always kept; a profile smaller than the budget keeps every term."""
-        if len(terms) < 2 or await self._row_count(conn, table) <= BM25_ROW_BUDGET:
+        if len(terms) < 2 or await self._count(conn, table) <= BM25_ROW_BUDGET:
             return terms
         counts = []
         for term in terms:
@@ -258,13 +274,18 @@ class SearchOps:
             spent += count
         return [t for t in terms if t in kept]  # in the query's order
 
-    async def _row_count(self: MemoryStore, conn: aiosqlite.Connection, table: str) -> int:
-        """Rows in ``table``, counted again only after a commit (seen by this connection)."""
-        stamp = (await conn.execute_fetchall("PRAGMA data_version"))[0][0]
-        cached = self._counts.get(table)
+    async def _count(self: MemoryStore, conn: aiosqlite.Connection, table: str) -> int:
+        """Rows in ``table`` as ``conn`` sees them, counted again only when the file changed:
+        data_version moves when another connection commits, total_changes() when this one
+        inserts, updates or deletes. (A count scans an index: 1-2 ms at 100k memories.)"""
+        found = await conn.execute_fetchall(
+            "SELECT data_version, total_changes() FROM pragma_data_version"
+        )
+        stamp = tuple(found[0])
+        cached = self._counts.get((conn, table))
         if cached is None or cached[0] != stamp:
             count = (await conn.execute_fetchall(f"SELECT count(*) FROM {table}"))[0][0]
-            cached = self._counts[table] = (stamp, count)
+            cached = self._counts[(conn, table)] = (stamp, count)
         return cached[1]
 
     async def _knn(self: MemoryStore, vector: Any, f: Filters) -> list[tuple[Key, float]]:
@@ -276,24 +297,11 @@ class SearchOps:
         query_bits = sign_bits(vector).tobytes()
         query = np.asarray(vector, dtype=np.float32)
         hits: list[tuple[Key, float]] = []
-        for owner, kind, table, alias, column, sql_of, wanted in (
-            (MEMORY, "memory", "memories", "m", "memory_id", f.memory_sql, bool(f.memory_kinds)),
-            (
-                MESSAGE,
-                "message",
-                "messages",
-                "g",
-                "message_id",
-                f.message_sql,
-                "message" in f.kinds,
-            ),
-        ):
-            if not wanted:
-                continue
-            ids = index.candidates(query_bits, coarse, owner, query)
+        for target, where, params in f.targets():
+            ids = index.candidates(query_bits, coarse, target.owner, query)
             if not ids:
                 continue
-            where, params = sql_of(alias)
+            table, alias, column = target.table, target.alias, target.column
             # CROSS JOIN pins the join order: look the candidates up by primary key, then
             # their owners. Left to itself, the planner may scan the owners through the
             # filters' index (without ANALYZE statistics it did: ~50 ms at 100k memories).
@@ -305,7 +313,7 @@ class SearchOps:
                 " ORDER BY sim DESC LIMIT ?",
                 (query.tobytes(), *ids, *params, t.depth),
             )
-            hits += _ranked(rows, kind)
+            hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: -h[1])  # cosine similarity
         return hits[: t.depth]
 
@@ -334,18 +342,13 @@ class SearchOps:
         )
         if not found:
             return []
-        total = await self._link_total() or 1
+        total = await self._count(self.db.conn, "entity_links") or 1
         weights = {row[0]: math.log(1 + total / row[1]) for row in found}
         values = ",".join("(?, ?)" for _ in weights)
         wparams = [x for pair in weights.items() for x in pair]
         hits: list[tuple[Key, float]] = []
-        for kind, table, alias, column, sql_of, wanted in (
-            ("memory", "memories", "m", "memory_id", f.memory_sql, bool(f.memory_kinds)),
-            ("message", "messages", "g", "message_id", f.message_sql, "message" in f.kinds),
-        ):
-            if not wanted:
-                continue
-            where, params = sql_of(alias)
+        for target, where, params in f.targets():
+            column, alias = target.column, target.alias
             # Scores come from the covering link index alone; the owners' rows are read only
             # for the filters, and only for the best-scored prefix (see _top_filtered).
             ranked = (
@@ -355,23 +358,11 @@ class SearchOps:
                 f" GROUP BY l.{column} ORDER BY s DESC, id DESC"
             )
             rows = await self._top_filtered(
-                ranked, wparams, table, alias, where, params, f"r.s DESC, {alias}.id DESC"
+                ranked, wparams, target, where, params, f"r.s DESC, {alias}.id DESC"
             )
-            hits += _ranked(rows, kind)
+            hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
-
-    async def _link_total(self: MemoryStore) -> int:
-        """How many entity links there are (for the entities' IDF weights), counted again only
-        when the file changed: the count scans an index of ~4 links per memory (1-2 ms at
-        100k memories). data_version moves when another connection commits, total_changes()
-        when this one inserts, updates or deletes."""
-        stamp = tuple(
-            await self.db.fetchone("SELECT data_version, total_changes() FROM pragma_data_version")
-        )
-        if self._links is None or self._links[0] != stamp:
-            self._links = (stamp, await self.db.scalar("SELECT count(*) FROM entity_links"))
-        return self._links[1]
 
     def _fuse(
         self, signals: dict[str, list[tuple[Key, float]]]
@@ -403,14 +394,14 @@ class SearchOps:
         totals: dict[str, float] = defaultdict(float)
         for mid in ids:
             totals[session_of[mid]] += scores[("message", mid)]
-        ranked = sorted(totals, key=lambda s: -totals[s])
+        rank_of = {s: r for r, s in enumerate(sorted(totals, key=lambda s: -totals[s]), start=1)}
         weight = dict(self.tuning.weights).get("session", 1.0)
-        for rank, session in enumerate(ranked, start=1):
-            boost = weight / (self.tuning.rrf_k + rank)
-            for mid in ids:
-                if session_of[mid] == session:
-                    scores[("message", mid)] += boost
-                    detail[("message", mid)]["session"] = Signal(rank=rank, score=totals[session])
+        for mid in ids:
+            session = session_of[mid]
+            scores[("message", mid)] += weight / (self.tuning.rrf_k + rank_of[session])
+            detail[("message", mid)]["session"] = Signal(
+                rank=rank_of[session], score=totals[session]
+            )
 
     async def _hydrate(self: MemoryStore, fused: list[tuple[Key, float, dict]]) -> list[SearchHit]:
         mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]

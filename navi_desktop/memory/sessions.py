@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.clock import now_iso, parse_iso
+from navi_desktop.memory.clock import iso, now_iso
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.memory.models import Memory, Message, Session
-from navi_desktop.memory.textproc import normalize_key
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -67,12 +66,7 @@ class SessionOps:
                         result.ids.setdefault("promoted", []).append(done.memory.id)
                         await self._supersede_others(row)
                 elif w.action == "hold":
-                    norm_key = (
-                        normalize_key(w.memory.subject, w.memory.key) if w.memory.key else None
-                    )
-                    new_id = await self._insert(
-                        w.memory, w.memory.value.strip(), norm_key, "extraction"
-                    )
+                    new_id = await self._insert(w.memory, "extraction")
                     result.ids.setdefault("held", []).append(new_id)
                     continue
                 else:
@@ -89,18 +83,10 @@ class SessionOps:
                         message_from=first_message_id,
                         message_to=upto_message_id,
                     ),
-                    summary.strip(),
-                    None,
                     "extraction",
                 )
             result.archived_rules = await self._cap_rules(max_rules)
-            await self.db.execute(
-                "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
-                " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
-                " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
-                " attempts = 0, next_attempt_at = NULL WHERE id = ?",
-                (upto_message_id, upto_message_id, now_iso(), session_id),
-            )
+            await self._end_processing(session_id, upto_message_id)
         return result
 
     async def _cap_rules(self: MemoryStore, max_rules: int) -> list[int]:
@@ -132,15 +118,19 @@ class SessionOps:
     async def mark_processed(self: MemoryStore, session_id: str, upto_message_id: int) -> None:
         """Move the watermark and end the session (a later message reopens it)."""
         async with self.db.transaction():
-            changed = await self.db.execute(
-                "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
-                " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
-                " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
-                " attempts = 0, next_attempt_at = NULL WHERE id = ?",
-                (upto_message_id, upto_message_id, now_iso(), session_id),
-            )
-            if not changed:
+            if not await self._end_processing(session_id, upto_message_id):
                 raise InvalidInput(f"no session with id {session_id!r}")
+
+    async def _end_processing(self: MemoryStore, session_id: str, upto_message_id: int) -> int:
+        """Move the watermark, clear the retry state and end the session, unless messages came
+        after the watermark (then it stays open). Returns 0 for an unknown session."""
+        return await self.db.execute(
+            "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
+            " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
+            " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
+            " attempts = 0, next_attempt_at = NULL WHERE id = ?",
+            (upto_message_id, upto_message_id, now_iso(), session_id),
+        )
 
     async def mark_pending(
         self: MemoryStore,
@@ -158,11 +148,11 @@ class SessionOps:
             if attempts is None:
                 raise InvalidInput(f"no session with id {session_id!r}")
             delay = min(max_delay_s, base_delay_s * 2**attempts)
-            retry = (parse_iso(now_iso()) + timedelta(seconds=delay)).isoformat()
+            retry = iso(datetime.now(UTC) + timedelta(seconds=delay))
             await self.db.execute(
                 "UPDATE sessions SET state = 'pending', pending_reason = ?,"
                 " attempts = attempts + 1, next_attempt_at = ? WHERE id = ?",
-                (reason[:500], retry.replace("+00:00", "Z"), session_id),
+                (reason[:500], retry, session_id),
             )
         return await self.get_session(session_id)
 
@@ -243,22 +233,17 @@ class SessionAdminOps:
         """Delete a session and its messages (memories learned from it stay, unlinked).
         Returns how many messages went."""
         async with self.db.transaction():
-            count = await self.db.scalar(
-                "SELECT count(*) FROM messages WHERE session_id = ?", (session_id,)
-            )
             ids = [
                 r[0]
                 for r in await self.db.fetchall(
                     "SELECT id FROM messages WHERE session_id = ?", (session_id,)
                 )
             ]
-            for mid in ids:
-                await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
-            await self._drop_embeddings("message_id", ids)
+            await self._unindex_messages(ids)
             if not await self.db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)):
                 raise InvalidInput(f"no session with id {session_id!r}")
             await self._drop_orphan_entities()
-        return int(count or 0)
+        return len(ids)
 
     async def drop_last_reply(self: MemoryStore, session_id: str) -> Message:
         """Delete everything after the session's last user message (the reply, and tool calls
@@ -280,10 +265,7 @@ class SessionAdminOps:
                     (session_id, row["id"]),
                 )
             ]
-            # The contentless FTS rows and the bit index are not covered by ON DELETE CASCADE.
-            for mid in ids:
-                await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (mid,))
-            await self._drop_embeddings("message_id", ids)
+            await self._unindex_messages(ids)
             if ids:
                 await self.db.execute(
                     "DELETE FROM messages WHERE session_id = ? AND id > ?", (session_id, row["id"])

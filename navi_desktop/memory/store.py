@@ -203,10 +203,17 @@ class MemoryStore(
             "SELECT * FROM messages WHERE session_id = ? AND id < ? ORDER BY id DESC LIMIT 1",
             (row["session_id"], message_id),
         )
-        await self.db.execute("DELETE FROM messages_fts WHERE rowid = ?", (message_id,))
+        await self._unindex_messages([message_id])
         await self.db.execute("DELETE FROM entity_links WHERE message_id = ?", (message_id,))
-        await self._drop_embeddings("message_id", [message_id])
         await self._index_message(row, previous)
+
+    async def _unindex_messages(self, message_ids: list[int]) -> None:
+        """Drop the messages' full-text rows and vectors: the contentless FTS rows and the
+        in-memory bit index are not covered by ON DELETE CASCADE."""
+        await self.db.executemany(
+            "DELETE FROM messages_fts WHERE rowid = ?", [(mid,) for mid in message_ids]
+        )
+        await self._drop_embeddings("message_id", message_ids)
 
     async def _index_memory(self, row: Any) -> None:
         await self.db.execute(

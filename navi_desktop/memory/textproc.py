@@ -71,19 +71,13 @@ def segment(text: str) -> str:
     return _CJK_CHAR.sub(lambda m: f" {m.group(0)} ", text)
 
 
-def fts_query(text: str, *, drop_stopwords: bool = True) -> str | None:
-    """Turn any user text into a safe FTS5 query: an OR of quoted terms.
+def fts_terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
+    """Any user text as safe FTS5 terms, quoted, one per distinct word (or CJK run).
 
     Operators, quotes, ``*``, ``-`` and parentheses in the input are treated as plain text;
-    a run of CJK characters becomes a phrase so it matches as a substring.
-    Returns None when nothing searchable is left.
+    a run of CJK characters becomes a phrase so it matches as a substring. Stopwords are
+    dropped unless nothing else is left; an empty list means nothing is searchable.
     """
-    terms = fts_terms(text, drop_stopwords=drop_stopwords)
-    return " OR ".join(terms) if terms else None
-
-
-def fts_terms(text: str, *, drop_stopwords: bool = True) -> list[str]:
-    """The quoted FTS5 terms of ``fts_query``, one per distinct word (or CJK run)."""
     normalized = unicodedata.normalize("NFKC", text).casefold()
     terms: list[str] = []
     seen: set[str] = set()
