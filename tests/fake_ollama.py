@@ -551,6 +551,35 @@ class ThreadedFakeOllama:
         self.stop()
 
 
+_MY = re.compile(r"\bmy ([\w ]{2,30}?) is ([^.!?\n]{2,60})", re.IGNORECASE)
+
+
+def _learn(body: dict[str, Any]) -> Reply:
+    """A crude stand-in for the extraction model, so that trying the app by hand shows memory
+    filling in: every "my X is Y" the user said becomes a fact; other structured requests
+    (summary, profile) get their one field filled with a plain sentence."""
+    schema = body["format"]
+    said = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+    if "facts" in schema.get("properties", {}):
+        facts = [
+            {
+                "subject": "user",
+                "key": key.strip().lower(),
+                "value": value.strip(),
+                "category": "profile",
+                "evidence": match.group(0),
+                "source": "conversation",
+                "confidence": 0.9,
+            }
+            for match in _MY.finditer(said)
+            for key, value in [match.groups()]
+        ]
+        summary = f"The user shared {len(facts)} fact(s)." if facts else "A short chat."
+        return Reply(json.dumps({"facts": facts, "rules": [], "summary": summary}))
+    field = (schema.get("required") or ["text"])[0]
+    return Reply(json.dumps({field: "The user chatted with Navi."}))
+
+
 def _echo(delay: float) -> Callable[[dict[str, Any]], Reply]:
     def reply(body: dict[str, Any]) -> Reply:
         said = next(
@@ -561,8 +590,8 @@ def _echo(delay: float) -> Callable[[dict[str, Any]], Reply]:
             ),
             "",
         )
-        if body.get("format"):
-            return Reply("{}")
+        if isinstance(body.get("format"), dict):
+            return _learn(body)
         return Reply(f"(fake Ollama) You said: {said}", delay=delay, thinking="Echoing the user.")
 
     return reply
