@@ -22,7 +22,7 @@ async def test_forget_removes_every_trace_and_the_bytes(tmp_path):
     secret = f"{SECRET_WORDS[0]} clinic appointment with Dr {SECRET_WORDS[1]}"
     embedder = BagOfWordsEmbedder()
     async with await MemoryStore.open(path, embedder=embedder) as store:
-        session = await store.create_session()
+        session = await store.create_session(f"About the {secret}")
         msg = await store.save_message(
             session.id, "user", f"btw I have a {secret} next week, remember it"
         )
@@ -73,6 +73,7 @@ async def test_forget_removes_every_trace_and_the_bytes(tmp_path):
         assert await store.get_meta("profile_summary") is None
         assert await store.get_meta("profile_summary_stale") == "1"
         assert "[forgotten]" in (await store.messages(session.id))[0].content
+        assert (await store.get_session(session.id)).title == "About the [forgotten]"
         names = [r[0] for r in await store.db.fetchall("SELECT norm FROM entities")]
         assert not any(SECRET_WORDS[1].lower() in n for n in names)
 

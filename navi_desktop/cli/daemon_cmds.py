@@ -235,7 +235,8 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         return 0
     if action == "list":
         for s in result:
-            print(f"{s['id']}  {s['last_active_at'][:16]}  {s['state']:<8}  {s['title'] or ''}")
+            name = s["title"] or (s.get("preview") or "").split("\n", 1)[0][:60]
+            print(f"{s['id']}  {s['last_active_at'][:16]}  {s['state']:<8}  {name}")
     elif action == "show":
         for m in result["messages"]:
             print(f"[{m['created_at'][11:16]}] {m['name'] or m['role']}: {m['content']}")

@@ -116,6 +116,11 @@ class ForgetOps:
             )
             if following is not None:  # its index carries this one as context
                 await self._reindex_message(following)
+        await self.db.execute(  # a title can quote what was said, too
+            "UPDATE sessions SET title = replace(title, ?, '[forgotten]')"
+            " WHERE id = ? AND instr(title, ?) > 0",
+            (quote, row["session_id"], quote),
+        )
         return len(hits)
 
     async def _purge_free_space(self: MemoryStore, *, messages: bool) -> None:

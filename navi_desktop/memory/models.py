@@ -104,10 +104,12 @@ class Session:
     processed_upto: int
     pending_reason: str | None
     ended_at: str | None
+    preview: str | None = None  # the first thing the user said (lists only): derived, not kept
 
     @classmethod
     def from_row(cls, row: Any) -> Session:
-        return cls(**{name: row[name] for name in cls.__dataclass_fields__})
+        names = set(row.keys())
+        return cls(**{name: row[name] for name in cls.__dataclass_fields__ if name in names})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -137,7 +137,9 @@ class MemoryStore(
     async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[Session]:
         async with self.db.reading():
             rows = await self.db.fetchall(
-                "SELECT * FROM sessions ORDER BY last_active_at DESC LIMIT ? OFFSET ?",
+                "SELECT s.*, (SELECT substr(m.content, 1, 120) FROM messages m"
+                " WHERE m.session_id = s.id AND m.role = 'user' ORDER BY m.id LIMIT 1) AS preview"
+                " FROM sessions s ORDER BY s.last_active_at DESC LIMIT ? OFFSET ?",
                 (limit, offset),
             )
         return [Session.from_row(r) for r in rows]

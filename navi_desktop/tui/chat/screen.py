@@ -19,7 +19,7 @@ from textual.widgets import Label
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.prompt import Prompt
-from navi_desktop.tui.chat.sessions import SessionsPane
+from navi_desktop.tui.chat.sessions import SessionsPane, short
 from navi_desktop.tui.chat.used import UsedScreen
 from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
 from navi_desktop.tui.export import export_here
@@ -65,6 +65,7 @@ class ChatScreen(NaviScreen):
         self.incognito = False
         self.reply: MessageView | None = None  # the reply being streamed
         self._stopping = False  # Esc was pressed during this reply
+        self._unlisted = False  # a new session the sessions list does not show yet
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -94,6 +95,9 @@ class ChatScreen(NaviScreen):
     async def on_daemon(self, method: str, params: Any) -> None:
         if method == "chat.delta" and self.reply is not None:
             if isinstance(params, dict) and params.get("session_id") == self.session_id:
+                if self._unlisted:  # its first message is stored now: the list can name it
+                    self._unlisted = False
+                    self.sessions.reload()
                 await self.reply.write(str(params.get("text", "")))
         elif method in ("session.updated", "session.state") or (
             method == "link.state" and params.state == "up"
@@ -140,13 +144,12 @@ class ChatScreen(NaviScreen):
         link = self.navi.link
         try:
             if self.session_id is None:
-                params = {"incognito": True} if self.incognito else {"title": _title(text)}
-                created = await link.call("sessions.create", params)
+                created = await link.call("sessions.create", {"incognito": self.incognito})
                 self.session_id = created["id"]
                 if not self.incognito:
                     self.sessions.current = self.session_id
-                    self.sessions.reload()
-                    self.query_one("#chat-title", Label).update(created.get("title") or "New chat")
+                    self._unlisted = True
+                    self.query_one("#chat-title", Label).update(short(text) or "New chat")
         except Exception as err:
             self.navi.report(err, "Starting a session")
             prompt = self.query_one(Prompt)
@@ -184,6 +187,9 @@ class ChatScreen(NaviScreen):
         finally:
             self.reply = None
             self._stopping = False
+            if self._unlisted:  # no reply came, but the message is stored
+                self._unlisted = False
+                self.sessions.reload()
             self.refresh_bindings()
             self.transcript.scroll_end(animate=False)
 
@@ -436,14 +442,6 @@ class ChatScreen(NaviScreen):
         self.session_id = None
         self.notify("Incognito off: this chat will be remembered")
         return True
-
-
-def _title(text: str | None) -> str | None:
-    """A new session's title: its first line, cut at a word near 50 characters."""
-    if not text:
-        return None
-    line = text.strip().splitlines()[0]
-    return line if len(line) <= 50 else line[:50].rsplit(" ", 1)[0] + "…"
 
 
 def _slug(title: str) -> str:

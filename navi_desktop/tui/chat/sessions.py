@@ -15,6 +15,20 @@ from textual.widgets.option_list import Option
 from navi_desktop.tui.timefmt import ago
 
 
+def short(text: str | None) -> str | None:
+    """A line to name a session by: the first line, cut at a word near 50 characters."""
+    if not text or not text.strip():
+        return None
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= 50 else line[:50].rsplit(" ", 1)[0] + "…"
+
+
+def label(session: dict[str, Any]) -> str | None:
+    """Its title, else what the user said first. Not stored as a title: forgetting redacts
+    the message, and the list follows."""
+    return session.get("title") or short(session.get("preview"))
+
+
 class SessionsPane(Vertical):
     DEFAULT_CSS = """
     SessionsPane { width: 30; border-right: solid $panel-lighten-2; }
@@ -50,10 +64,10 @@ class SessionsPane(Vertical):
         options = self.query_one("#sessions", OptionList)
         options.clear_options()
         for s in shown:
-            label = Text(s.get("title") or "New chat", overflow="ellipsis", no_wrap=True)
+            text = Text(label(s) or "New chat", overflow="ellipsis", no_wrap=True)
             state = "" if s.get("state") in (None, "open") else f" · {s['state']}"
-            label.append(f"\n{ago(s.get('last_active_at'))}{state}", style="dim")
-            options.add_option(Option(label, id=s["id"]))
+            text.append(f"\n{ago(s.get('last_active_at'))}{state}", style="dim")
+            options.add_option(Option(text, id=s["id"]))
         ids = [s["id"] for s in shown]
         if ids:
             options.highlighted = ids.index(self.current) if self.current in ids else 0
@@ -61,7 +75,7 @@ class SessionsPane(Vertical):
     async def _matching(self, query: str) -> list[dict[str, Any]]:
         """Sessions whose title holds the words, then those whose messages match them."""
         lowered = query.lower()
-        by_title = [s for s in self.sessions if lowered in (s.get("title") or "").lower()]
+        by_title = [s for s in self.sessions if lowered in (label(s) or "").lower()]
         try:
             hits = await self.app.link.memory("search", query, kinds=["message"], limit=50)  # type: ignore[attr-defined]
         except Exception:
@@ -81,4 +95,4 @@ class SessionsPane(Vertical):
             self.post_message(self.Picked(event.option.id))
 
     def title_of(self, session_id: str | None) -> str | None:
-        return next((s.get("title") for s in self.sessions if s["id"] == session_id), None)
+        return next((label(s) for s in self.sessions if s["id"] == session_id), None)
