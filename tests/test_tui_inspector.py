@@ -176,6 +176,10 @@ async def test_forget_can_be_cancelled(daemon: Daemon) -> None:
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is screen)
+        await pilot.press("f")  # Enter answers the safe choice, never the forget
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen is screen)
         assert (await daemon.call("memory.get", {"args": [tea["id"]]}))["id"] == tea["id"]
         assert tea["id"] in screen.memory_list.memories
 

@@ -44,7 +44,8 @@ class ChoiceScreen(ModalScreen[str | None]):
                     yield Button(label, id=f"choice-{answer}", variant=variant)  # type: ignore[arg-type]
 
     def on_mount(self) -> None:
-        self.query(Button).last().focus()
+        # The first answer is the safe one (Cancel, Stay): a stray Enter must not destroy.
+        self.query(Button).first().focus()
 
     @on(Button.Pressed)
     def _chosen(self, event: Button.Pressed) -> None:
