@@ -131,6 +131,31 @@ async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake,
         await daemon.call("memory.get", {"args": [memory_id]})
 
 
+async def test_forgetting_redacts_the_open_transcript_and_the_sessions_list(fake, daemon):
+    fake.script(Reply("Teal it is."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        await ready(app, pilot)
+        await say(app, pilot, "my favourite colour is teal")
+        await until(pilot, lambda: chat.sessions.title_of(chat.session_id) is not None)
+        added = await daemon.call(
+            "memory.add",
+            {
+                "args": ["teal"],
+                "kwargs": {
+                    "key": "favourite colour",
+                    "evidence": "my favourite colour is teal",
+                    "session_id": chat.session_id,
+                    "source": "conversation",
+                },
+            },
+        )
+        await daemon.call("memory.forget", {"args": [added["memory"]["id"]]})  # another client
+        await until(pilot, lambda: views(app)[0].text == "[forgotten]")
+        await until(pilot, lambda: chat.sessions.title_of(chat.session_id) == "[forgotten]")
+
+
 async def test_sessions_can_be_searched_opened_renamed_exported_and_deleted(
     fake, daemon, tmp_path, monkeypatch
 ):

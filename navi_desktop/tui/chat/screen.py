@@ -103,6 +103,11 @@ class ChatScreen(NaviScreen):
             method == "link.state" and params.state == "up"
         ):
             self.sessions.reload()
+        elif method == "memory.changed" and (params or {}).get("method") == "memory.forget":
+            # Forgetting redacts what was said: the list and the open transcript follow.
+            self.sessions.reload()
+            if self.session_id and not self.incognito and self.reply is None:
+                self._reopen(self.session_id)
 
     def _show_title(self) -> None:
         if self.incognito:
@@ -253,6 +258,15 @@ class ChatScreen(NaviScreen):
         self._show_title()
         self.refresh_bindings()
         self.query_one(Prompt).focus()
+
+    @work(exclusive=True, group="reopen", exit_on_error=False)
+    async def _reopen(self, session_id: str) -> None:
+        try:
+            shown = await self.navi.link.call("sessions.show", {"id": session_id})
+        except Exception:  # deleted meanwhile: nothing left to redraw
+            return
+        if self.session_id == session_id and self.reply is None:
+            await self._show_messages(shown.get("messages", []))
 
     async def _show_messages(self, messages: list[dict[str, Any]]) -> None:
         views: list[MessageView] = []
