@@ -40,6 +40,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -363,8 +364,8 @@ async def vector_recall(
     for q in queries:
         vec = embedder.embed_sync([q])[0]
         exact = set(ids[np.argsort(-(matrix @ vec), kind="stable")[:k]].tolist())
-        async with store.db.reading():
-            got = {key[1] for key, _ in (await store._knn(vec, filters))[:k]}
+        knn = partial(store._knn, await store._codes(vec), vec, filters)
+        got = {key[1] for key, _ in (await store.db.read(knn))[:k]}
         recalls.append(len(exact & got) / k)
     return float(np.mean(recalls))
 

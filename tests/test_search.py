@@ -208,3 +208,54 @@ async def test_backfill_never_stores_a_vector_for_text_edited_meanwhile(tmp_path
         assert embedder.calls == 2  # the edited text was embedded again
         assert (await store.search("blue scooter"))[0].signals["vector"].rank == 1
         assert row is not None
+
+
+@pytest.mark.parametrize(
+    ("budget", "signal", "common", "rare", "query"),
+    [
+        # "common" matches every memory: past the row budget BM25 scores "zither" only.
+        (
+            "BM25_ROW_BUDGET",
+            "bm25",
+            "likes a common hobby number {i}",
+            "a common zither",
+            "common zither",
+        ),
+        # "Maria" is linked to every memory: past the link budget only "Lisbon" counts.
+        (
+            "ENTITY_LINK_BUDGET",
+            "entity",
+            "Maria visited Museum{i}",
+            "Maria moved to Lisbon",
+            "Maria Lisbon",
+        ),
+    ],
+)
+async def test_common_words_give_way_to_rare_ones_on_a_large_profile(
+    tmp_path, monkeypatch, budget, signal, common, rare, query
+):
+    """A word or name in every memory costs a signal the most and says the least."""
+    from navi_desktop.memory import search
+
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        for i in range(8):
+            await store.add_memory(common.format(i=i), key=f"common {i}")
+        target = (await store.add_memory(rare, key="rare")).memory
+        monkeypatch.setattr(search, budget, 4)
+        hits = await store.search(query)
+        assert hits[0].id == target.id
+        assert [h.id for h in hits if signal in h.signals] == [target.id]
+        monkeypatch.setattr(search, budget, 1000)  # a small profile: every word counts
+        ranked = [h for h in await store.search(query) if signal in h.signals]
+        assert len(ranked) == 9 and ranked[0].id == target.id
+
+
+async def test_search_reads_on_connections_that_close_with_the_store(tmp_path):
+    store = await MemoryStore.open(tmp_path / "memory.db", embedder=BagOfWordsEmbedder())
+    await store.add_memory("plays the cello on Sundays", key="music")
+    await store.backfill_embeddings()
+    hits = await store.search("cello")
+    assert set(hits[0].signals) == {"bm25", "vector"}
+    await store.close()
+    # SQLite removes the WAL when its last connection closes: none of the readers is left.
+    assert not (tmp_path / "memory.db-wal").exists()

@@ -11,25 +11,31 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import aiosqlite
 import numpy as np
+import sqlean
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import check_iso
 from navi_desktop.memory.documents import memory_text, message_text
 from navi_desktop.memory.models import CATEGORIES, KINDS, Memory, Message, SearchHit, Signal
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
-from navi_desktop.memory.vectors import MEMORY, MESSAGE, sign_bits
+from navi_desktop.memory.vectors import MEMORY, MESSAGE, Codes, sign_bits
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
-# Rows BM25 may score per query (about 6 ms on a 2-core laptop-class CPU).
-BM25_ROW_BUDGET = 6_000
+# Rows BM25 may score per query (about 4 ms on a 2-core laptop-class CPU).
+BM25_ROW_BUDGET = 3_000
+# Entity links the entity signal may sum per query; see _entity_weights.
+ENTITY_LINK_BUDGET = 2_000
 Key = tuple[str, int]  # ("memory" | "message", id)
+# The order the lists are fused in (float sums depend on it).
+FUSION_ORDER = ("entity", "vector", "bm25")
+Ranked = tuple[int, float]  # a signal's 1-based rank and raw score for one item
 
 
 @dataclass(frozen=True)
@@ -122,10 +128,23 @@ def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
     return [((kind, row[0]), float(row[1])) for row in rows]
 
 
+def _within_budget(counted: Sequence[tuple[int, Any]], budget: int) -> list[tuple[int, Any]]:
+    """The (count, item) pairs kept, rarest first, while their counts sum within ``budget``;
+    the rarest is always kept."""
+    ordered = sorted(counted)
+    kept, spent = ordered[:1], ordered[0][0]
+    for count, item in ordered[1:]:
+        if spent + count > budget:
+            break
+        kept.append((count, item))
+        spent += count
+    return kept
+
+
 class SearchOps:
     tuning: Tuning = Tuning()
     # (connection, table) -> ((data_version, total_changes), rows), see _count
-    _counts: dict[tuple[aiosqlite.Connection, str], tuple[tuple[int, int], int]]
+    _counts: dict[tuple[sqlean.Connection, str], tuple[tuple[int, int], int]]
 
     async def search(
         self: MemoryStore,
@@ -148,17 +167,16 @@ class SearchOps:
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
         vector = await self._query_vector(query)
-        # BM25 is the costliest signal on a large profile: it runs on the read connection,
-        # in parallel with the other two on the main one (SQLite releases the GIL).
-        bm25 = asyncio.create_task(self._bm25(query, filters, await self.db.reader()))
-        signals: dict[str, list[tuple[Key, float]]] = {}
-        try:
-            async with self.db.reading():
-                signals["entity"] = await self._entities(query, filters)
-                if vector is not None:
-                    signals["vector"] = await self._knn(vector, filters)
-        finally:
-            signals["bm25"] = await bm25
+        codes = await self._codes(vector)
+        # The signals run side by side, each on a read connection (Database.read), the
+        # costliest first: BM25 on a large profile.
+        work = {"bm25": partial(self._bm25, query, filters)}
+        if codes is not None:
+            work["vector"] = partial(self._knn, codes, vector, filters)
+        work["entity"] = partial(self._entities, query, filters)
+        ranked = await asyncio.gather(*(self.db.read(w) for w in work.values()))
+        found = dict(zip(work, ranked, strict=True))
+        signals = {name: found[name] for name in FUSION_ORDER if name in found}
         async with self.db.reading():
             scores, detail = self._fuse(signals)
             if filters.kinds == ("message",):
@@ -194,9 +212,20 @@ class SearchOps:
             log.warning("query embedding failed, searching text only: %s", exc)
             return None
 
-    async def _bm25(
-        self: MemoryStore, query: str, f: Filters, conn: aiosqlite.Connection
-    ) -> list[tuple[Key, float]]:
+    async def _codes(self: MemoryStore, vector: Any) -> Codes | None:
+        """The coarse index's codes as they are now, when they can answer ``vector``."""
+        if vector is None:
+            return None
+        async with self.db.reading():
+            index = await self._bit_index()
+        if index is None or index.dim != len(vector):
+            return None
+        codes = index.snapshot()
+        return codes if len(codes) else None
+
+    # The signals below are plain functions of a read connection, run in a worker thread.
+
+    def _bm25(self, query: str, f: Filters, conn: sqlean.Connection) -> list[tuple[Key, float]]:
         terms = fts_terms(query)
         if not terms:
             return []
@@ -204,27 +233,27 @@ class SearchOps:
         hits: list[tuple[Key, float]] = []
         for target, where, params in f.targets():
             fts = target.fts
-            match = " OR ".join(await self._informative(conn, fts, target.table, terms))
+            match = " OR ".join(self._informative(conn, fts, target.table, terms))
             columns = t.memory_columns if target is MEMORIES else t.message_columns
             w = ", ".join(map(str, columns))
             ranked = (
                 f"SELECT rowid AS id, bm25({fts}, {w}) AS s FROM {fts} WHERE {fts} MATCH ?"
                 " ORDER BY s"
             )
-            rows = await self._top_filtered(ranked, (match,), target, where, params, "r.s", conn)
+            rows = self._top_filtered(conn, ranked, (match,), target, where, params, "r.s")
             hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: h[1])  # bm25(): lower is better
         return hits[: t.depth]
 
-    async def _top_filtered(
-        self: MemoryStore,
+    def _top_filtered(
+        self,
+        conn: sqlean.Connection,
         ranked: str,
         ranked_params: Sequence[Any],
         target: Target,
         where: str,
         params: Sequence[Any],
         order: str,
-        conn: aiosqlite.Connection | None = None,
     ) -> list[Any]:
         """The first ``depth`` rows of ``ranked`` (an ordered ``SELECT id, s``) that pass the
         filters: the same rows as filtering everything, then sorting.
@@ -241,14 +270,13 @@ class SearchOps:
             f"SELECT {alias}.id, r.s FROM ({ranked} LIMIT ?) r"
             f" JOIN {table} {alias} ON {alias}.id = r.id WHERE {where} ORDER BY {order} LIMIT ?"
         )
-        fetch = conn.execute_fetchall if conn is not None else self.db.fetchall
-        rows = list(await fetch(query, (*ranked_params, prefix, *params, depth)))
+        rows = conn.execute(query, (*ranked_params, prefix, *params, depth)).fetchall()
         if len(rows) < depth:
-            rows = list(await fetch(query, (*ranked_params, -1, *params, depth)))  # all
+            rows = conn.execute(query, (*ranked_params, -1, *params, depth)).fetchall()  # all
         return rows
 
-    async def _informative(
-        self: MemoryStore, conn: aiosqlite.Connection, fts: str, table: str, terms: list[str]
+    def _informative(
+        self, conn: sqlean.Connection, fts: str, table: str, terms: list[str]
     ) -> list[str]:
         """The terms worth matching, as in Lucene's common-terms query: rarest first, while
         the rows they match stay within a budget. BM25 costs ~1 µs per matching row, and the
@@ -256,49 +284,40 @@ class SearchOps:
         IDF: they decide little of the ranking while costing most of the time. Counting
         matches is ~25 times cheaper than scoring them, and stops at the budget. The rarest
         term is always kept; a profile smaller than the budget keeps every term."""
-        if len(terms) < 2 or await self._count(conn, table) <= BM25_ROW_BUDGET:
+        if len(terms) < 2 or self._count(conn, table) <= BM25_ROW_BUDGET:
             return terms
         counts = []
         for term in terms:
-            found = await conn.execute_fetchall(
+            found = conn.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
                 (term, BM25_ROW_BUDGET + 1),
-            )
-            counts.append((found[0][0], term))
-        counts.sort()
-        kept, spent = [counts[0][1]], counts[0][0]
-        for count, term in counts[1:]:
-            if spent + count > BM25_ROW_BUDGET:
-                break
-            kept.append(term)
-            spent += count
+            ).fetchone()
+            counts.append((found[0], term))
+        kept = {term for _, term in _within_budget(counts, BM25_ROW_BUDGET)}
         return [t for t in terms if t in kept]  # in the query's order
 
-    async def _count(self: MemoryStore, conn: aiosqlite.Connection, table: str) -> int:
+    def _count(self, conn: sqlean.Connection, table: str) -> int:
         """Rows in ``table`` as ``conn`` sees them, counted again only when the file changed:
         data_version moves when another connection commits, total_changes() when this one
         inserts, updates or deletes. (A count scans an index: 1-2 ms at 100k memories.)"""
-        found = await conn.execute_fetchall(
-            "SELECT data_version, total_changes() FROM pragma_data_version"
+        stamp = tuple(
+            conn.execute("SELECT data_version, total_changes() FROM pragma_data_version").fetchone()
         )
-        stamp = tuple(found[0])
         cached = self._counts.get((conn, table))
         if cached is None or cached[0] != stamp:
-            count = (await conn.execute_fetchall(f"SELECT count(*) FROM {table}"))[0][0]
+            count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             cached = self._counts[(conn, table)] = (stamp, count)
         return cached[1]
 
-    async def _knn(self: MemoryStore, vector: Any, f: Filters) -> list[tuple[Key, float]]:
-        index = await self._bit_index()
-        if index is None or len(index) == 0 or index.dim != len(vector):
-            return []
+    def _knn(
+        self, codes: Codes, vector: Any, f: Filters, conn: sqlean.Connection
+    ) -> list[tuple[Key, float]]:
         t = self.tuning
-        coarse = t.rerank
         query_bits = sign_bits(vector).tobytes()
         query = np.asarray(vector, dtype=np.float32)
         hits: list[tuple[Key, float]] = []
         for target, where, params in f.targets():
-            ids = index.candidates(query_bits, coarse, target.owner, query)
+            ids = codes.candidates(query_bits, t.rerank, target.owner, query)
             if not ids:
                 continue
             table, alias, column = target.table, target.alias, target.column
@@ -306,44 +325,21 @@ class SearchOps:
             # their owners. Left to itself, the planner may scan the owners through the
             # filters' index (without ANALYZE statistics it did: ~50 ms at 100k memories).
             # The exact re-rank is sqlite-vec's cosine distance over the stored float32 vectors.
-            rows = await self.db.fetchall(
+            rows = conn.execute(
                 f"SELECT {alias}.id, 1 - vec_distance_cosine(e.vector, ?) AS sim"
                 f" FROM embeddings e CROSS JOIN {table} {alias} ON {alias}.id = e.{column}"
                 f" WHERE e.id IN ({','.join('?' * len(ids))}) AND {where}"
                 " ORDER BY sim DESC LIMIT ?",
                 (query.tobytes(), *ids, *params, t.depth),
-            )
+            ).fetchall()
             hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: -h[1])  # cosine similarity
         return hits[: t.depth]
 
-    async def _entities(self: MemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
-        words = tokens(query)
-        grams = {
-            normalize(" ".join(words[i : i + n]))
-            for n in (1, 2, 3)
-            for i in range(len(words) - n + 1)
-        }
-        grams.discard("")
-        if not grams:
+    def _entities(self, query: str, f: Filters, conn: sqlean.Connection) -> list[tuple[Key, float]]:
+        weights = self._entity_weights(query, conn)
+        if not weights:
             return []
-        marks = ",".join("?" * len(grams))
-        # Links per entity, counted as memory links + message links (a link is exactly one of
-        # the two): entity_links has only the partial indexes on (entity_id, memory_id) and
-        # (entity_id, message_id), and a plain join on entity_id scanned the whole table.
-        found = await self.db.fetchall(
-            "SELECT id, n FROM (SELECT e.id,"
-            " (SELECT count(*) FROM entity_links l"
-            "  WHERE l.entity_id = e.id AND l.memory_id IS NOT NULL)"
-            " + (SELECT count(*) FROM entity_links l"
-            "  WHERE l.entity_id = e.id AND l.message_id IS NOT NULL) AS n"
-            f" FROM entities e WHERE e.norm IN ({marks})) WHERE n > 0",
-            list(grams),
-        )
-        if not found:
-            return []
-        total = await self._count(self.db.conn, "entity_links") or 1
-        weights = {row[0]: math.log(1 + total / row[1]) for row in found}
         values = ",".join("(?, ?)" for _ in weights)
         wparams = [x for pair in weights.items() for x in pair]
         hits: list[tuple[Key, float]] = []
@@ -357,29 +353,66 @@ class SearchOps:
                 f" JOIN entity_links l ON l.entity_id = w.entity_id AND l.{column} IS NOT NULL"
                 f" GROUP BY l.{column} ORDER BY s DESC, id DESC"
             )
-            rows = await self._top_filtered(
-                ranked, wparams, target, where, params, f"r.s DESC, {alias}.id DESC"
+            rows = self._top_filtered(
+                conn, ranked, wparams, target, where, params, f"r.s DESC, {alias}.id DESC"
             )
             hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
 
+    def _entity_weights(self, query: str, conn: sqlean.Connection) -> dict[int, float]:
+        """The known entities named in the query (its 1- to 3-word n-grams), each weighted by
+        its IDF over links. As with BM25's terms, the rarest are kept while the links they
+        carry stay within a budget: a name the user mentions everywhere scores little and
+        costs most."""
+        words = tokens(query)
+        grams = {
+            normalize(" ".join(words[i : i + n]))
+            for n in (1, 2, 3)
+            for i in range(len(words) - n + 1)
+        }
+        grams.discard("")
+        if not grams:
+            return {}
+        marks = ",".join("?" * len(grams))
+        # Links per entity, counted as memory links + message links (a link is exactly one of
+        # the two): entity_links has only the partial indexes on (entity_id, memory_id) and
+        # (entity_id, message_id), and a plain join on entity_id scanned the whole table.
+        rows = conn.execute(
+            "SELECT n, id FROM (SELECT e.id,"
+            " (SELECT count(*) FROM entity_links l"
+            "  WHERE l.entity_id = e.id AND l.memory_id IS NOT NULL)"
+            " + (SELECT count(*) FROM entity_links l"
+            "  WHERE l.entity_id = e.id AND l.message_id IS NOT NULL) AS n"
+            f" FROM entities e WHERE e.norm IN ({marks})) WHERE n > 0",
+            list(grams),
+        ).fetchall()
+        if not rows:
+            return {}
+        found = [(n, ident) for n, ident in rows]
+        total = self._count(conn, "entity_links") or 1
+        if total > ENTITY_LINK_BUDGET:
+            kept = set(_within_budget(found, ENTITY_LINK_BUDGET))
+            found = [pair for pair in found if pair in kept]
+        return {ident: math.log(1 + total / n) for n, ident in found}
+
     def _fuse(
         self, signals: dict[str, list[tuple[Key, float]]]
-    ) -> tuple[dict[Key, float], dict[Key, dict[str, Signal]]]:
-        """Reciprocal rank fusion: each list adds weight / (k + rank) to the items it ranks."""
+    ) -> tuple[dict[Key, float], dict[Key, dict[str, Ranked]]]:
+        """Reciprocal rank fusion: each list adds weight / (k + rank) to the items it ranks.
+        Each item's (rank, raw score) per list becomes a Signal only for the hits returned."""
         t = self.tuning
         weights = dict(t.weights)
         scores: dict[Key, float] = defaultdict(float)
-        detail: dict[Key, dict[str, Signal]] = defaultdict(dict)
+        detail: dict[Key, dict[str, Ranked]] = defaultdict(dict)
         for name, ranked in signals.items():
             for rank, (key, raw) in enumerate(ranked, start=1):
                 scores[key] += weights.get(name, 1.0) / (t.rrf_k + rank)
-                detail[key][name] = Signal(rank=rank, score=raw)
+                detail[key][name] = (rank, raw)
         return scores, detail
 
     async def _session_boost(
-        self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Signal]]
+        self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Ranked]]
     ) -> None:
         """Messages from the conversations that match best as a whole rank higher: a question
         about one conversation is answered across several of its turns. Ranks sessions by the
@@ -399,11 +432,11 @@ class SearchOps:
         for mid in ids:
             session = session_of[mid]
             scores[("message", mid)] += weight / (self.tuning.rrf_k + rank_of[session])
-            detail[("message", mid)]["session"] = Signal(
-                rank=rank_of[session], score=totals[session]
-            )
+            detail[("message", mid)]["session"] = (rank_of[session], totals[session])
 
-    async def _hydrate(self: MemoryStore, fused: list[tuple[Key, float, dict]]) -> list[SearchHit]:
+    async def _hydrate(
+        self: MemoryStore, fused: list[tuple[Key, float, dict[str, Ranked]]]
+    ) -> list[SearchHit]:
         mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]
         msg_ids = [key[1] for key, _, _ in fused if key[0] == "message"]
         memories: dict[int, Any] = {}
@@ -419,7 +452,8 @@ class SearchOps:
             )
             messages = {r["id"]: r for r in rows}
         hits = []
-        for (kind, ident), score, detail in fused:
+        for (kind, ident), score, ranks in fused:
+            detail = {name: Signal(rank, raw) for name, (rank, raw) in ranks.items()}
             if kind == "memory" and ident in memories:
                 row = memories[ident]
                 hits.append(

@@ -23,6 +23,27 @@ def sign_bits(vectors: np.ndarray) -> np.ndarray:
     return np.packbits(vectors > 0, axis=-1, bitorder="little")
 
 
+# Each byte value's bits, least significant first: (256, 8).
+_BYTE_BITS = np.unpackbits(
+    np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little"
+).astype(np.float32)
+
+
+def _set_bit_sums(codes: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """For each code (a row of bytes), the sum of the query's values where the code's bit is
+    set: (q·sign + Σq) / 2, so the same order as q·sign.
+
+    Read from a table of every byte value's partial sum at every byte position, not by
+    unpacking the bits into a matrix product: BLAS was slower here, and its worker threads
+    spun on the cores the search's other signals were using."""
+    width = codes.shape[1]
+    padded = np.zeros(width * 8, dtype=np.float32)
+    padded[: len(query)] = query
+    table = np.einsum("vi,bi->bv", _BYTE_BITS, padded.reshape(width, 8)).ravel()
+    offsets = np.arange(width, dtype=np.intp) * 256
+    return np.take(table, codes + offsets).sum(axis=1)
+
+
 @dataclass
 class BitIndex:
     """In-memory copy of one model's sign bits; the database stays the source of truth.
@@ -100,6 +121,25 @@ class BitIndex:
             if self.codes is not None:
                 self.codes = self.codes[:, keep]
 
+    def snapshot(self) -> Codes:
+        """The codes as they are now, for a scan in another thread: the arrays are replaced,
+        never changed in place, so later adds and removes do not touch a snapshot."""
+        self._flush()
+        return Codes(self.ids, self.owners, self.codes, self.dim)
+
+
+@dataclass(frozen=True)
+class Codes:
+    """A fixed set of sign codes (see BitIndex) and the coarse scan over them."""
+
+    ids: np.ndarray
+    owners: np.ndarray
+    codes: np.ndarray | None  # (words, n) uint64
+    dim: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
     def candidates(
         self, query_bits: bytes, k: int, owner: int | None = None, query: np.ndarray | None = None
     ) -> list[int]:
@@ -115,18 +155,15 @@ class BitIndex:
             if len(shortlist) < ASYMMETRIC_SHORTLIST * k:  # a small index: re-rank it all
                 return self.ids[shortlist].tolist()
             columns = self.codes[:, shortlist].T.copy().view(np.uint8)  # type: ignore[index]
-            signs = np.unpackbits(columns, axis=1, bitorder="little")[:, : len(query)]
-            score = signs.astype(np.float32) @ query  # = (q·sign + Σq) / 2: same order
-            best = np.argpartition(-score, k - 1)[:k]
+            best = np.argpartition(-_set_bit_sums(columns, query), k - 1)[:k]
             return self.ids[shortlist[best]].tolist()
         return self.ids[self._hamming(query_bits, k, owner)].tolist()
 
     def _hamming(self, query_bits: bytes, k: int, owner: int | None) -> np.ndarray:
         """Positions of the k codes nearest in Hamming distance."""
-        self._flush()
         if self.codes is None or len(self.ids) == 0:
             return np.zeros(0, dtype=np.int64)
-        q = self._as_words([query_bits])[:, 0]
+        q = np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
         acc = np.zeros(len(self.ids), dtype=np.uint16)  # at most dim bits differ
         for word, q_word in zip(self.codes, q, strict=True):
             acc += np.bitwise_count(word ^ q_word)
