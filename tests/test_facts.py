@@ -120,8 +120,13 @@ async def test_messages_hot_path(store):
     assert [m.id for m in await store.messages(session.id)] == [m1.id, m2.id]
     assert [m.id for m in await store.messages(session.id, after_id=m1.id)] == [m2.id]
     assert (await store.get_session(session.id)).last_active_at == m2.created_at
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match="nope"):
         await store.save_message("nope", "user", "x")
+    # Nothing of the failed save is left, and the next one works.
+    assert await store.db.scalar("SELECT count(*) FROM messages") == 2
+    assert await store.db.scalar("SELECT count(*) FROM messages_fts") == 2
+    m3 = await store.save_message(session.id, "user", "still here")
+    assert [m.id for m in await store.messages(session.id)] == [m1.id, m2.id, m3.id]
     with pytest.raises(InvalidInput, match="role"):
         await store.save_message(session.id, "narrator", "x")
     assert embedder.calls == 0  # no model call

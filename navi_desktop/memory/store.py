@@ -15,7 +15,7 @@ import numpy as np
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.clock import check_iso, now_iso
-from navi_desktop.memory.db import Database
+from navi_desktop.memory.db import Database, DbError
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.exchange import ExchangeOps
@@ -159,22 +159,31 @@ class MemoryStore(
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         when = check_iso(at, "at") if at else now_iso()
         async with self.db.transaction():
-            updated = await self.db.execute(
-                "UPDATE sessions SET last_active_at = ?,"
-                " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = ?",
-                (when, session_id),
+            # Pipelined: each round trip to the SQLite thread is a good part of a save's time.
+            steps = self.db.pipeline(
+                self.db.execute(
+                    "UPDATE sessions SET last_active_at = ?,"
+                    " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = ?",
+                    (when, session_id),
+                ),
+                self.db.fetchone(
+                    "SELECT * FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                    (session_id,),
+                ),
+                self.db.fetchone(
+                    "INSERT INTO messages (session_id, role, name, content, created_at, meta)"
+                    " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
+                    (session_id, role, name, content, when, json.dumps(meta) if meta else None),
+                ),
             )
-            if not updated:
+            try:
+                updated, previous, row = await steps
+            except DbError:
+                updated = await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (session_id,))
+                if updated:
+                    raise
+            if not updated:  # the insert failed too, on its foreign key: rolled back
                 raise NotFound(f"no session with id {session_id!r}")
-            previous = await self.db.fetchone(
-                "SELECT * FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
-                (session_id,),
-            )
-            row = await self.db.fetchone(
-                "INSERT INTO messages (session_id, role, name, content, created_at, meta)"
-                " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                (session_id, role, name, content, when, json.dumps(meta) if meta else None),
-            )
             await self._index_message(row, previous)
         return Message.from_row(row)
 
@@ -193,11 +202,13 @@ class MemoryStore(
     # -- index bookkeeping (call inside a transaction) -----------------------------------------
 
     async def _index_message(self, row: Any, previous: Any | None) -> None:
-        await self.db.execute(
-            "INSERT INTO messages_fts (rowid, body, context) VALUES (?, ?, ?)",
-            (row["id"], *message_documents(row, previous)),
+        await self.db.pipeline(
+            self.db.execute(
+                "INSERT INTO messages_fts (rowid, body, context) VALUES (?, ?, ?)",
+                (row["id"], *message_documents(row, previous)),
+            ),
+            self._link_entities("message_id", row["id"], entity_names(row["content"])),
         )
-        await self._link_entities("message_id", row["id"], entity_names(row["content"]))
 
     async def _reindex_message(self, message_id: int) -> None:
         row = await self.db.fetchone("SELECT * FROM messages WHERE id = ?", (message_id,))
@@ -237,15 +248,18 @@ class MemoryStore(
         pairs = [(name, norm) for name in names if (norm := normalize(name))]
         if not pairs:
             return
-        # Two statements whatever the count: each round trip to the SQLite thread costs time
-        # on the hot path.
-        await self.db.executemany(
-            "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING", pairs
-        )
-        await self.db.executemany(
-            f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
-            " SELECT id, ? FROM entities WHERE norm = ?",
-            [(owner_id, norm) for _, norm in pairs],
+        # Two statements whatever the count, pipelined: each round trip to the SQLite thread
+        # costs time on the hot path.
+        await self.db.pipeline(
+            self.db.executemany(
+                "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING",
+                pairs,
+            ),
+            self.db.executemany(
+                f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
+                " SELECT id, ? FROM entities WHERE norm = ?",
+                [(owner_id, norm) for _, norm in pairs],
+            ),
         )
 
     async def _drop_embeddings(self, column: str, owner_ids: list[int]) -> None:
