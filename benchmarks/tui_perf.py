@@ -45,6 +45,8 @@ MARK = b"Search sessions"
 
 
 def pct(values: list[float], p: float) -> float:
+    if not values:  # a stream too short to probe
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 

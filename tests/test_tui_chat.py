@@ -288,7 +288,9 @@ async def test_no_daemon_the_app_still_opens_and_says_why(tmp_path):
         await until(pilot, lambda: app.current_mode == "settings")
 
 
-async def test_keys_are_rebindable_by_id_and_listed_in_the_palette(fake, tmp_path):
+async def test_keys_are_rebindable_by_id_and_shown_in_the_footer_and_palette(fake, tmp_path):
+    from textual.widgets._footer import FooterKey
+
     paths = make_home(tmp_path, fake.url, '[ui.keymap]\n"navi.chat.new" = "ctrl+b"\n')
     d = await Daemon(paths).start()
     fake.script(Reply("One."))
@@ -297,7 +299,25 @@ async def test_keys_are_rebindable_by_id_and_listed_in_the_palette(fake, tmp_pat
         async with app.run_test(size=SIZE) as pilot:
             chat = app.screen
             await ready(app, pilot)
+
+            def keys() -> dict[str, str]:
+                return {k.description: k.key for k in chat.query(FooterKey) if k.description}
+
+            await until(pilot, lambda: "New session" in keys())
+            assert keys()["New session"] == "ctrl+b"  # the keymap's key
+            assert "Regenerate" not in keys()  # hidden: no reply yet
+            # The footer is rebuilt only when the keys it shows change.
+            first = chat.query(FooterKey).first()
+            chat.refresh_bindings()  # as every focus change does
+            await pilot.pause(0.1)
+            assert chat.query(FooterKey).first() is first
+            await pilot.press("ctrl+f")  # the search field has no Send key
+            await until(pilot, lambda: "Send" not in keys())
+            chat.query_one("#prompt").focus()
+            await until(pilot, lambda: "Send" in keys())
+
             await say(app, pilot, "hello")
+            await until(pilot, lambda: "Regenerate" in keys())  # a reply to regenerate
             commands = {c.title for c in app.get_system_commands(chat)}
             assert {"New session", "Regenerate", "Incognito", "Memory", "Settings"} <= commands
             await pilot.press("ctrl+b")

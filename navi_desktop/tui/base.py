@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import Footer
 
 from navi_desktop.tui.status import Status
+from navi_desktop.tui.widgets.footer import Footer
 from navi_desktop.tui.widgets.status_line import Banner, StatusLine
 
 if TYPE_CHECKING:

@@ -1,15 +1,24 @@
 """One message in the transcript. Replies stream into their Markdown through
-``Markdown.get_stream`` and get one full update at the end (it closes open code fences)."""
+``Markdown.get_stream`` and get one full update at the end (it closes open code fences).
+
+Textual's Markdown widget (and markdown-it under it) is imported with the first message, not
+with the app: it was a tenth of the time to the first frame, which shows no message.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import Label, Markdown
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import Label
+
+if TYPE_CHECKING:
+    from textual.widgets import Markdown
+    from textual.widgets.markdown import MarkdownStream
 
 ROLE_LABEL = {"user": "You", "assistant": "Navi"}
 
@@ -67,6 +76,8 @@ class MessageView(Vertical, can_focus=True):
         self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
+        from textual.widgets import Markdown
+
         yield Label(ROLE_LABEL.get(self.role, self.role), classes="role")
         if self.role == "user":  # what was typed, line breaks kept (Markdown would join them)
             yield Markdown(self.text.replace("\n", "  \n"))
@@ -77,11 +88,15 @@ class MessageView(Vertical, can_focus=True):
 
     @property
     def markdown(self) -> Markdown:
+        from textual.widgets import Markdown
+
         return self.query_one(Markdown)
 
     # -- streaming -----------------------------------------------------------------------------
 
     async def begin_stream(self) -> None:
+        from textual.widgets import Markdown
+
         self.text = ""
         await self.markdown.update("")
         self._stream = Markdown.get_stream(self.markdown)

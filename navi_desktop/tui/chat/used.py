@@ -10,10 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Label, OptionList, Static
+from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from navi_desktop.tui.dialogs import ConfirmScreen, confirmed
+from navi_desktop.tui.widgets.footer import Footer
 
 REASONS = {
     "relevant": "matched this message",
