@@ -28,7 +28,6 @@ from typing import Any
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import write_private_atomic
-from navi_desktop.llm.types import resolve_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
 EMBEDDERS = ("ollama", "local", "none")
@@ -53,6 +52,8 @@ class OllamaSettings:
 
     def effective_host(self, environ: Mapping[str, str] | None = None) -> str:
         """The base URL to connect to (``host``, else ``OLLAMA_HOST``, else the local default)."""
+        from navi_desktop.llm.types import resolve_host  # not at import: the app starts faster
+
         return resolve_host(self.host, environ)
 
 

@@ -716,3 +716,18 @@ def test_profile_comes_from_config_when_not_given(cli, home):
     code, _, err = cli("add", "editor", "helix", profile=None)
     assert code == 0, err
     assert (home / "data" / "profiles" / "work" / "memory.db").exists()
+
+
+def test_navi_alone_opens_the_app_without_building_the_commands():
+    """The app's options reach it; the command parsers (and their imports) are skipped."""
+    code = (
+        "import sys, navi_desktop.cli.main as m; seen = [];"
+        "m.run_app = lambda args: seen.append((args.incognito, args.app_profile)) or 0;"
+        "assert m.run([]) == 0; lazy = 'navi_desktop.cli.memory' not in sys.modules;"
+        "assert m.run(['--incognito', '--profile', 'work']) == 0;"
+        "print(lazy, seen)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.strip() == "True [(False, None), (True, 'work')]"

@@ -27,9 +27,7 @@ class CommandError(Exception):
         self.code = code
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from navi_desktop.cli import daemon_cmds, memory
-
+def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="navi",
         description="Navi Desktop: a local-first terminal assistant that remembers you.",
@@ -42,9 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", dest="app_profile", metavar="NAME", help="memory profile for the app"
     )
     parser.set_defaults(help_parser=parser)
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    memory.register(commands)
-    daemon_cmds.register(commands)
+    if commands:
+        from navi_desktop.cli import daemon_cmds, memory
+
+        subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+        memory.register(subparsers)
+        daemon_cmds.register(subparsers)
     return parser
 
 
@@ -60,9 +61,11 @@ def run_app(args: argparse.Namespace) -> int:
 
 def run(argv: list[str] | None = None) -> int:
     """Run ``navi`` with these arguments; returns the exit code (never raises SystemExit)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    # `navi` alone opens the app: the commands' parsers are not built (start-up time).
+    parser = build_parser(commands=bool(argv))
     try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     handler = getattr(args, "handler", None)

@@ -20,7 +20,6 @@ from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.sessions import SessionsPane, short
-from navi_desktop.tui.chat.used import UsedScreen
 from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
 from navi_desktop.tui.export import export_here
 
@@ -230,6 +229,8 @@ class ChatScreen(NaviScreen):
     @on(MessageView.UsedRequested)
     def _show_used(self, event: MessageView.UsedRequested) -> None:
         if event.view.user_message_id is not None:
+            from navi_desktop.tui.chat.used import UsedScreen  # with its first use
+
             self.app.push_screen(UsedScreen(event.view.user_message_id))
 
     # -- sessions ------------------------------------------------------------------------------
