@@ -530,7 +530,7 @@ def test_export_to_file_is_private_and_atomic(cli, cli_json, tmp_path):
     target.write_text("old content")
     target.chmod(0o644)
     code, out, _ = cli("export", "-o", str(target))
-    assert code == 0 and "Exported 1 memories" in out
+    assert code == 0 and "Exported 1 memory" in out
     assert json.loads(target.read_text())["memories"][0]["value"] == "vim"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []

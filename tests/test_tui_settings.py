@@ -237,6 +237,23 @@ async def test_config_errors_are_shown_at_the_top(tmp_path: Path, fake: Any) -> 
         await daemon.stop()
 
 
+async def test_an_unset_host_shows_the_one_the_daemon_uses(
+    tmp_path: Path, fake: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = make_home(tmp_path, fake.url)
+    config_file(paths).write_text('[memory]\nembedder = "none"\n')  # no host
+    monkeypatch.setenv("OLLAMA_HOST", fake.url.removeprefix("http://"))  # the daemon's own
+    daemon = await Daemon(paths).start()
+    try:
+        app = NaviApp(paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await open_settings(app, pilot)
+            host = widget(app, "ollama.host")
+            assert host.value == "" and host.placeholder == fake.url
+    finally:
+        await daemon.stop()
+
+
 async def test_empty_state_when_the_daemon_is_down(tmp_path: Path) -> None:
     paths = make_home(tmp_path, "http://127.0.0.1:9")
     app = NaviApp(paths, autostart=False)

@@ -670,7 +670,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if _json(args):
         emit_json({"path": str(target.absolute()), "format": args.format, "memories": count})
     else:
-        print(f"Exported {count} memories ({args.format}) to {args.output}.")
+        noun = "memory" if count == 1 else "memories"
+        print(f"Exported {count} {noun} ({args.format}) to {args.output}.")
     return 0
 
 

@@ -84,7 +84,14 @@ async def serve(
         return {"stopping": True}
 
     async def settings_get(params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        return {"settings": service.settings.to_dict(), "errors": [str(e) for e in watcher_errors]}
+        from navi_desktop.llm.types import resolve_host
+
+        return {
+            "settings": service.settings.to_dict(),
+            "errors": [str(e) for e in watcher_errors],
+            # What an unset host means here: OLLAMA_HOST is the daemon's, not the app's.
+            "unset": {"ollama.host": resolve_host(None)},
+        }
 
     async def settings_set(params: dict[str, Any], peer: Any) -> dict[str, Any]:
         """Save changes ({dotted key: value}) to config.toml, keeping its comments; the

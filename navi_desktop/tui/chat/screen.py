@@ -327,14 +327,14 @@ class ChatScreen(NaviScreen):
             self.navi.report(err, "Ending the session")
             return
         for report in reports:
-            learned = sum(len(ids) for ids in (report.get("learned") or {}).values())
+            learned = report.get("learned") or {}
             if report.get("status") == "pending":
                 self.notify(
                     f"Not learned yet: {report.get('reason')}; Navi will retry.",
                     severity="warning",
                 )
-            elif learned or not quiet:
-                self.notify(f"Session ended: {learned} memories learned")
+            elif any(learned.values()) or not quiet:
+                self.notify(f"Session ended: {_learned_text(learned)}")
 
     def action_end_session(self) -> None:
         if self.session_id is not None and not self.incognito:
@@ -457,6 +457,14 @@ class ChatScreen(NaviScreen):
         self.session_id = None
         self.notify("Incognito off: this chat will be remembered")
         return True
+
+
+def _learned_text(learned: dict[str, list[int]]) -> str:
+    """ "2 memories learned, 1 to review" from a session report's ids by action."""
+    held = len(learned.get("held", []))
+    kept = sum(len(ids) for action, ids in learned.items() if action != "held")
+    text = f"{kept} {'memory' if kept == 1 else 'memories'} learned"
+    return f"{text}, {held} to review in Memory → Inbox" if held else text
 
 
 def _slug(title: str) -> str:

@@ -119,6 +119,12 @@ class SettingsForm(VerticalScroll):
     def notes(self) -> list[ModelNote]:
         return list(self.query(ModelNote))
 
+    def show_unset(self, field: Field, value: str) -> None:
+        """Show in an empty text field what leaving it empty means (a daemon's default)."""
+        widget = self.widget(field)
+        if isinstance(widget, Input):
+            widget.placeholder = value
+
     def get(self, field: Field) -> Any:
         """What the widget holds now (text, bool or the chosen option)."""
         value = self.widget(field).value

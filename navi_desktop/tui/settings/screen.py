@@ -98,6 +98,9 @@ class SettingsScreen(NaviScreen):
                 self._show_empty(f"The settings could not be loaded: {err}")
             return
         self._apply(reply.get("settings") or {}, reply.get("errors") or [], keep_edits)
+        for key, value in (reply.get("unset") or {}).items():
+            if key in FIELDS:
+                self.form.show_unset(FIELDS[key], str(value))
         self.refresh_models()
 
     def _apply(self, settings: dict[str, Any], errors: list[str], keep_edits: bool) -> None:

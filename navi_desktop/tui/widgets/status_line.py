@@ -40,7 +40,8 @@ def render_status(s: Status) -> Text:
         parts.append(Text(s.chat_model, style="red" if s.chat_model in s.missing_models else ""))
     if s.memories is not None:
         held = f" ({s.held} to review)" if s.held else ""
-        parts.append(Text(f"{s.memories} memories{held}"))
+        noun = "memory" if s.memories == 1 else "memories"
+        parts.append(Text(f"{s.memories} {noun}{held}"))
     if s.pending:
         why = f": {s.last_failure}" if s.last_failure else ""
         parts.append(Text(f"{s.pending} pending{why}", style="yellow"))
