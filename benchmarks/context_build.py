@@ -56,7 +56,7 @@ async def run(n: int, turns: int) -> dict[str, object]:
         embedder = TimedEmbedder()
         store = await MemoryStore.open(Path(tmp) / "memory.db", embedder=embedder)
         try:
-            await build(store, n, "api", rng)
+            await build(store, n, rng)
             await store.add_memories(
                 [
                     NewMemory(f"standing rule number {i}: keep answers short", kind="rule")
