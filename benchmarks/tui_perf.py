@@ -8,8 +8,8 @@
    pane's "Search sessions" placeholder, drawn in the first frame); then sends Ctrl+Q.
    p50 / max over ``--runs`` starts after one warm-up (page cache). Goal: <= 0.5 s.
    Python caches compiled bytecode as on a user's machine: the warm-up writes it even where
-   PYTHONDONTWRITEBYTECODE is set, unless ``--no-bytecode-cache`` (every start compiles
-   the app's modules from source: about 40 ms more here).
+   PYTHONDONTWRITEBYTECODE is set, unless ``--no-bytecode-cache`` (every start then
+   compiles the app's modules from source).
 2. Streaming: the real app (headless, Pilot) against a daemon on the same loop, while the
    fake Ollama streams ``--tokens`` tokens at ``--rate`` tokens/s into one reply. A probe
    measures event-loop lag every 10 ms (how late a timer fires: what a key press would

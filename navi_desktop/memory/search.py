@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
-# Rows BM25 may score per query (about 4 ms on a 2-core laptop-class CPU).
+# Rows BM25 may score per query (scoring them: about 3 ms on a 2-core VM).
 BM25_ROW_BUDGET = 3_000
 # Entity links the entity signal may sum per query; see _entity_weights.
 ENTITY_LINK_BUDGET = 2_000
