@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from navi_desktop.errors import NotFound
-from navi_desktop.memory import MemoryStore
+from navi_desktop.memory import MemoryStore, NewMemory
 from tests.fakes import BagOfWordsEmbedder
 
 SECRET_WORDS = ("Zanzibarquux", "Vrellingmoor")
@@ -82,6 +84,35 @@ async def test_forget_removes_every_trace_and_the_bytes(tmp_path):
         for form in (word, word.lower(), word.upper()):
             assert form.encode() not in raw, f"{form!r} still in the file"
     assert b"green tea" in raw  # the check looks in the right place
+
+
+async def test_forgetting_while_searches_run_leaves_no_bytes(tmp_path):
+    """Searches read on connections of their own; the forget's checkpoint waits for them
+    rather than leaving the text in the write-ahead log."""
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path, embedder=BagOfWordsEmbedder()) as store:
+        secret = f"{SECRET_WORDS[0]} opens the vault"
+        fact = (await store.add_memory(secret, key="vault code")).memory
+        await store.add_memories(
+            [NewMemory(f"fact {i} about the vault", key=f"fact {i}") for i in range(300)]
+        )
+        await store.backfill_embeddings()
+        stop = asyncio.Event()
+        found: list[int] = []
+
+        async def search_meanwhile() -> None:
+            while not stop.is_set():
+                found.append(len(await store.search("who opens the vault")))
+
+        searching = [asyncio.create_task(search_meanwhile()) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        await store.forget(fact.id)
+        raw = file_bytes(path)  # the searches are still running
+        stop.set()
+        await asyncio.gather(*searching)
+    assert found and all(found)
+    assert SECRET_WORDS[0].encode() not in raw
+    assert b"about the vault" in raw
 
 
 async def test_tombstone_blocks_reextraction_but_not_the_user(tmp_path):

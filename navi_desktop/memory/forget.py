@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from navi_desktop.memory.textproc import keyed_hash, normalize, normalize_key
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -131,4 +134,14 @@ class ForgetOps:
             if messages:
                 await self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
         async with self.db.reading():
-            await self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            # TRUNCATE waits (busy_timeout) for searches still reading older frames; should
+            # one outlast that, the log keeps the text until a later try succeeds.
+            for _ in range(3):
+                busy = await self.db.scalar("PRAGMA wal_checkpoint(TRUNCATE)")
+                if not busy:
+                    break
+            else:
+                log.warning(
+                    "the write-ahead log is still in use: forgotten text stays in it "
+                    "until the next checkpoint"
+                )
