@@ -12,7 +12,7 @@ from navi_desktop.tui.chat.messages import MessageView
 from tests.fake_ollama import Reply
 from tests.tui_support import SIZE, snapshot_daemon, until
 
-PORT = 47811
+PORT = 27811
 STREAMED = ["Here is ", "a **plan**:\n\n", "1. Pack\n", "2. Travel\n\n", "```sh\n", "echo hi\n"]
 
 

@@ -29,7 +29,7 @@ from tests.tui_support import (
     until,
 )
 
-SNAPSHOT_PORT = 47812  # other TUI snapshot tests use 47811 and 47813 at the same time
+SNAPSHOT_PORT = 27812  # other TUI snapshot tests use 27811 and 27813 at the same time
 
 
 async def add(daemon: Daemon, value: str, **fields: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from tests.tui_support import (
     until,
 )
 
-SNAPSHOT_PORT = 47813  # other TUI snapshot tests use 47811 and 47812 at the same time
+SNAPSHOT_PORT = 27813  # other TUI snapshot tests use 27811 and 27812 at the same time
 
 
 @pytest.fixture

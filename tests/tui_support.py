@@ -16,7 +16,9 @@ from navi_desktop.paths import Paths
 from tests.fake_ollama import FakeOllama, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS
 
-SNAPSHOT_PORT = 47811  # snapshots show the host: a fixed port keeps them stable
+SNAPSHOT_PORT = 27811  # snapshots show the host: a fixed port keeps them stable
+# (Snapshot ports are below Linux's ephemeral range, 32768-60999: a port in it can be taken
+# by any outgoing connection on the machine.)
 DEAD_HOST = "http://127.0.0.1:9"  # the discard port: nothing listens there
 SIZE = (110, 34)
 
