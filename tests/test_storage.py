@@ -169,3 +169,35 @@ async def test_open_without_create_and_foreign_file_mode(tmp_path):
     with pytest.raises(CorruptDatabase):
         await MemoryStore.open(foreign)
     assert stat.S_IMODE(foreign.stat().st_mode) == 0o644
+
+
+async def test_bulk_writes_are_checkpointed_into_the_file_off_the_write_path(tmp_path, monkeypatch):
+    """A few large transactions trigger the background checkpoint as many small ones do,
+    so an import does not leave the database's pages in an ever-growing log."""
+    import asyncio
+
+    monkeypatch.setattr(Database, "CHECKPOINT_CHANGES", 100)
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        await store.add_memories(
+            [NewMemory(f"bulkvalue{i} fact", key=f"bulk {i}") for i in range(200)]
+        )
+        for _ in range(100):  # the checkpoint runs in a thread: wait for it, briefly
+            if b"bulkvalue199" in path.read_bytes():
+                break
+            await asyncio.sleep(0.05)
+        assert b"bulkvalue199" in path.read_bytes()  # in the file itself, not only the log
+
+
+async def test_opening_gives_the_planner_statistics_it_lacks(tmp_path):
+    import sqlean
+
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        await store.add_memories([NewMemory(f"fact {i}", key=f"key {i}") for i in range(300)])
+    raw = sqlean.connect(str(path), isolation_level=None)
+    raw.execute("DELETE FROM sqlite_stat1")  # as a file written in bulk, never analysed
+    raw.close()
+    async with await MemoryStore.open(path) as store:
+        tables = {r[0] for r in await store.db.fetchall("SELECT tbl FROM sqlite_stat1")}
+    assert {"memories", "memory_history"} <= tables

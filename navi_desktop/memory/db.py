@@ -84,10 +84,14 @@ def _connector(path: Path) -> sqlean.Connection:
 class Database:
     """One aiosqlite connection and a lock: a batch of writes is one uninterrupted transaction."""
 
-    # Commits between checkpoints. SQLite's own auto-checkpoint runs inside the COMMIT that
-    # crosses its threshold, stalling that write for milliseconds; ours runs on another
-    # connection in a thread, so no write waits for it (PASSIVE never blocks writers).
+    # Commits, or rows changed, between checkpoints. SQLite's own auto-checkpoint runs inside
+    # the COMMIT that crosses its threshold, stalling that write for milliseconds; ours runs
+    # on another connection in a thread, so no write waits for it (PASSIVE never blocks
+    # writers). Counting rows bounds the log after bulk writes (an import, a re-embedding):
+    # 200 commits of 1,000 vectors left a log of hundreds of MB, and reads of pages in the
+    # log are slower than reads of the memory-mapped file.
     CHECKPOINT_EVERY = 200
+    CHECKPOINT_CHANGES = 20_000
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self.conn = conn
@@ -95,6 +99,7 @@ class Database:
         self.lock = asyncio.Lock()
         self._in_tx = False
         self._commits = 0
+        self._changes_at_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._readers = ReadPool(path)
 
@@ -117,6 +122,11 @@ class Database:
         conn = aiosqlite.Connection(lambda: _connector(path), iter_chunk_size=64)
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
+        # Planner statistics for tables that have none or have grown, as SQLite advises for
+        # long-lived connections; sampled (analysis_limit), so a few ms even at 100k rows.
+        # Without them a search's joins could pick a scan over a lookup.
+        await conn.execute("PRAGMA analysis_limit = 400")
+        await conn.execute("PRAGMA optimize = 0x10002")
         return cls(conn, path)
 
     async def read(self, work: Callable[[sqlean.Connection], T]) -> T:
@@ -125,10 +135,11 @@ class Database:
 
     def _committed(self) -> None:
         self._commits += 1
-        if self._commits >= self.CHECKPOINT_EVERY and (
-            self._checkpoint is None or self._checkpoint.done()
-        ):
+        changes = self.conn.total_changes - self._changes_at_checkpoint
+        due = self._commits >= self.CHECKPOINT_EVERY or changes >= self.CHECKPOINT_CHANGES
+        if due and (self._checkpoint is None or self._checkpoint.done()):
             self._commits = 0
+            self._changes_at_checkpoint = self.conn.total_changes
             self._checkpoint = asyncio.create_task(asyncio.to_thread(self._checkpoint_now))
 
     def _checkpoint_now(self) -> None:

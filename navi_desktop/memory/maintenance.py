@@ -173,6 +173,12 @@ class MaintenanceOps:
                 await self._mark_profile_stale()
         return report
 
+    async def optimize(self: MemoryStore) -> None:
+        """Refresh the query planner's statistics where the tables have changed much (run by
+        the periodic maintenance: the daemon's connection lives for days)."""
+        async with self.db.reading():
+            await self.db.execute("PRAGMA optimize")
+
     # -- embeddings ----------------------------------------------------------------------------
 
     async def missing_embeddings(self: MemoryStore) -> int:

@@ -90,6 +90,7 @@ async def run_maintenance(
     """Every job once; a model failure skips only the jobs that need the model."""
     report = MaintenanceReport()
     report.archived = (await store.decay(now=now)).archived or []
+    await store.optimize()
     try:
         report.embedded = await store.backfill_embeddings()
     except RETRYABLE as exc:
