@@ -40,14 +40,20 @@ def replied(app: NaviApp, text: str):
     return check
 
 
+async def ask(app: NaviApp, pilot, text: str, answer: str, *, finished: bool = True) -> None:
+    """Send ``text`` once the app is up; wait for ``answer`` in the reply (and its end)."""
+    await settled(app, pilot)
+    await pilot.press(*text, "enter")
+    shown = replied(app, answer)
+    await until(pilot, (lambda: shown() and app.screen.reply is None) if finished else shown)
+
+
 def test_chat_while_streaming(snap_compare, running):
     running.fake.script(Reply(chunks=STREAMED, hang=True))  # the fence is still open mid-stream
     app = NaviApp(running.paths, autostart=False)
 
     async def run_before(pilot) -> None:
-        await settled(app, pilot)
-        await pilot.press(*"plan my trip", "enter")
-        await until(pilot, replied(app, "echo hi"))
+        await ask(app, pilot, "plan my trip", "echo hi", finished=False)
         await pilot.pause(0.3)  # the Markdown stream paints in batches
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -58,9 +64,7 @@ def test_chat_after_the_reply(snap_compare, running):
     app = NaviApp(running.paths, autostart=False)
 
     async def run_before(pilot) -> None:
-        await settled(app, pilot)
-        await pilot.press(*"plan my trip", "enter")
-        await until(pilot, lambda: replied(app, "good trip")() and app.screen.reply is None)
+        await ask(app, pilot, "plan my trip", "good trip")
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
@@ -71,9 +75,7 @@ def test_incognito(snap_compare, running):
     app = NaviApp(running.paths, autostart=False, incognito=True)
 
     async def run_before(pilot) -> None:
-        await settled(app, pilot)
-        await pilot.press(*"just between us", "enter")
-        await until(pilot, lambda: replied(app, "kept")() and app.screen.reply is None)
+        await ask(app, pilot, "just between us", "kept")
         await pilot.pause(0.2)
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

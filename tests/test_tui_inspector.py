@@ -154,12 +154,16 @@ async def test_detail_shows_evidence_and_history(daemon: Daemon) -> None:
         assert "value: green tea, no sugar → green tea" in text
 
 
+async def ask_to_forget(pilot: Any, screen: InspectorScreen, memory_id: int) -> None:
+    await highlight(pilot, screen, memory_id)
+    await pilot.press("f")
+    await until(pilot, lambda: pilot.app.screen.__class__.__name__ == "ConfirmScreen")
+
+
 async def test_forget_removes_it_everywhere(daemon: Daemon) -> None:
     tea = (await seed(daemon))["tea"]
     async with inspector(daemon) as (app, pilot, screen):
-        await highlight(pilot, screen, tea["id"])
-        await pilot.press("f")
-        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await ask_to_forget(pilot, screen, tea["id"])
         await pilot.click("#choice-yes")
         await until(pilot, lambda: tea["id"] not in screen.memory_list.memories)
         assert not any("green tea" in r for r in rows(screen, "facts"))
@@ -171,13 +175,10 @@ async def test_forget_removes_it_everywhere(daemon: Daemon) -> None:
 async def test_forget_can_be_cancelled(daemon: Daemon) -> None:
     tea = (await seed(daemon))["tea"]
     async with inspector(daemon) as (app, pilot, screen):
-        await highlight(pilot, screen, tea["id"])
-        await pilot.press("f")
-        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await ask_to_forget(pilot, screen, tea["id"])
         await pilot.press("escape")
         await until(pilot, lambda: app.screen is screen)
-        await pilot.press("f")  # Enter answers the safe choice, never the forget
-        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await ask_to_forget(pilot, screen, tea["id"])  # Enter: the safe choice, not forget
         await pilot.press("enter")
         await until(pilot, lambda: app.screen is screen)
         assert (await daemon.call("memory.get", {"args": [tea["id"]]}))["id"] == tea["id"]
@@ -440,14 +441,19 @@ def loaded(app: NaviApp, facts: int) -> bool:
     )
 
 
+async def open_loaded(pilot: Any) -> None:
+    """Open the inspector once the daemon answers, and wait for the seeded memories."""
+    await pilot.pause()
+    await until(pilot, lambda: pilot.app.link.connected)
+    await pilot.press("f3")
+    await until(pilot, lambda: loaded(pilot.app, 3))
+
+
 def test_snapshot_facts_and_inbox(snap_compare: Any, threaded: ThreadedDaemon) -> None:
     seed_threaded(threaded)
 
     async def run_before(pilot: Any) -> None:
-        await pilot.pause()
-        await until(pilot, lambda: pilot.app.link.connected)
-        await pilot.press("f3")
-        await until(pilot, lambda: loaded(pilot.app, 3))
+        await open_loaded(pilot)
         await until(pilot, lambda: settled(pilot.app))
 
     app = NaviApp(threaded.paths, autostart=False)
@@ -459,10 +465,7 @@ def test_snapshot_detail_pane(snap_compare: Any, threaded: ThreadedDaemon) -> No
     threaded.call("memory.edit", {"args": [1], "kwargs": {"value": "green tea"}})
 
     async def run_before(pilot: Any) -> None:
-        await pilot.pause()
-        await until(pilot, lambda: pilot.app.link.connected)
-        await pilot.press("f3")
-        await until(pilot, lambda: loaded(pilot.app, 3))
+        await open_loaded(pilot)
         screen = pilot.app.screen
         screen.memory_list.highlighted = screen.memory_list.get_option_index("1")
         await until(pilot, lambda: screen.history_of == 1)
@@ -476,10 +479,7 @@ def test_snapshot_inbox(snap_compare: Any, threaded: ThreadedDaemon) -> None:
     seed_threaded(threaded)
 
     async def run_before(pilot: Any) -> None:
-        await pilot.pause()
-        await until(pilot, lambda: pilot.app.link.connected)
-        await pilot.press("f3")
-        await until(pilot, lambda: loaded(pilot.app, 3))
+        await open_loaded(pilot)
         screen = pilot.app.screen
         await open_tab(pilot, screen, "inbox")
         await until(pilot, lambda: screen.history_of == 4)

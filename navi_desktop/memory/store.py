@@ -177,13 +177,11 @@ class MemoryStore(
                 ),
             )
             try:
-                updated, previous, row = await steps
-            except DbError:
-                updated = await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (session_id,))
-                if updated:
-                    raise
-            if not updated:  # the insert failed too, on its foreign key: rolled back
-                raise NotFound(f"no session with id {session_id!r}")
+                _, previous, row = await steps
+            except DbError:  # an unknown session fails the insert's foreign key: rolled back
+                if not await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (session_id,)):
+                    raise NotFound(f"no session with id {session_id!r}") from None
+                raise
             await self._index_message(row, previous)
         return Message.from_row(row)
 
