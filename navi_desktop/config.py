@@ -49,6 +49,8 @@ class OllamaSettings:
     chat_model: str = "llama3.2"
     embedding_model: str = "nomic-embed-text"
     timeout_s: float = 120.0
+    background_timeout_s: float = 900.0  # one extraction/summary request; nobody waits on it
+    reply_max_tokens: int = 4096  # a chat reply is cut here (and says so)
 
     def effective_host(self, environ: Mapping[str, str] | None = None) -> str:
         """The base URL to connect to (``host``, else ``OLLAMA_HOST``, else the local default)."""
@@ -63,6 +65,7 @@ class MemorySettings:
     budget_tokens: int = 800
     inactivity_timeout_min: int = 30
     embedder: str = "ollama"
+    backups: int = 3  # daily backups kept of each profile; 0: none
 
     def effective_profile(self) -> str:
         return self.profile or default_profile()
@@ -286,6 +289,16 @@ SPECS: dict[str, SettingSpec] = {
         SettingSpec("ollama.chat_model", _text, "Model that writes the replies"),
         SettingSpec("ollama.embedding_model", _text, "Model that embeds memories for search"),
         SettingSpec("ollama.timeout_s", _positive_number, "Seconds to wait for Ollama"),
+        SettingSpec(
+            "ollama.background_timeout_s",
+            _positive_number,
+            "Seconds one background request (learning from a session) may take",
+        ),
+        SettingSpec(
+            "ollama.reply_max_tokens",
+            _int_range(64, 131072),
+            "Longest chat reply in tokens; a longer one is cut and marked as cut",
+        ),
         SettingSpec("memory.profile", _profile, "Memory profile; unset: the OS user name"),
         SettingSpec(
             "memory.budget_tokens", _int_range(100, 8000), "Tokens of memory put into each turn"
@@ -297,6 +310,11 @@ SPECS: dict[str, SettingSpec] = {
         ),
         SettingSpec(
             "memory.embedder", _choice(*EMBEDDERS), "Embeddings: 'ollama', 'local' or 'none'"
+        ),
+        SettingSpec(
+            "memory.backups",
+            _int_range(0, 100),
+            "Daily backups kept of each profile, made after the first write of a day; 0: none",
         ),
         SettingSpec(
             "incognito.read_memory", _boolean, "Incognito sessions may read (never write) memory"
@@ -322,13 +340,25 @@ def parse_settings(
     fallback = previous or DEFAULTS
     errors: list[SettingError] = []
     values: dict[str, dict[str, Any]] = {s: {} for s in _SECTIONS}
+    which = "the last good value" if previous else "the default"
+
+    def kept(key: str) -> str:
+        """What is in force instead of the bad value: every client shows it with the error."""
+        value = _plain(fallback.get(key))
+        named = "the default" if value == _plain(DEFAULTS.get(key)) else which
+        return f"{named} ({'unset' if value is None else _show(value)}) stays in force"
+
     for section, body in data.items():
         if section not in _SECTIONS:
             errors.append(_unknown(section, [*_SECTIONS, *SPECS]))
             continue
         if not isinstance(body, Mapping):
             errors.append(
-                SettingError(section, f"must be a table ([{section}]), got {_show(body)}")
+                SettingError(
+                    section,
+                    f"must be a table ([{section}]), got {_show(body)}; the section's"
+                    f" {which.removeprefix('the ')}s stay in force",
+                )
             )
             for key in SPECS:
                 if key.startswith(section + "."):
@@ -345,7 +375,7 @@ def parse_settings(
                 try:
                     values[section][name] = spec.check(raw)
                 except _Bad as err:
-                    errors.append(SettingError(key, str(err)))
+                    errors.append(SettingError(key, f"{err}; {kept(key)}"))
                     values[section][name] = fallback.get(key)
     if "keymap" in values["ui"]:
         values["ui"]["keymap"] = MappingProxyType(dict(values["ui"]["keymap"]))

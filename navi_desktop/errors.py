@@ -15,3 +15,34 @@ class NotFound(InvalidInput):
 
 class CorruptDatabase(NaviError):
     """The file at a profile path is not a usable Navi memory database."""
+
+
+class ProfileError(CorruptDatabase):
+    """A profile's file cannot be used as it is. The message names the file, what is wrong
+    and the fix; the file was left untouched. The subclass names what is wrong (the
+    ``data.kind`` of the daemon's error reply)."""
+
+
+class ProfileDamaged(ProfileError):
+    """Truncated, overwritten, or SQLite found it malformed."""
+
+
+class ProfileForeign(ProfileError):
+    """A SQLite file, but not a Navi memory file."""
+
+
+class ProfileUnreadable(ProfileError):
+    """No permission, or not a regular file (a folder at the file's path)."""
+
+
+class ProfileTooNew(ProfileError):
+    """Written by a newer Navi, with a schema this version does not know."""
+
+
+class DiskFull(NaviError):
+    """A write failed for lack of space: nothing of it was kept, what was saved before is
+    intact, and writing works again once space is freed."""
+
+
+class DiskError(NaviError):
+    """The disk reported an I/O error that is not a full disk (and not, by itself, damage)."""

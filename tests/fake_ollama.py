@@ -13,6 +13,14 @@ per chunk, a reply that never finishes); ``default_reply`` answers when the queu
 (a ``Reply`` or a function of the request body). ``requests`` records every request
 (with ``received_at``, its arrival time);
 ``fail_status`` makes every API call fail; ``go_down()`` / ``come_up()`` refuse connections.
+
+Like Ollama with a small model, it bounds what a model sees and writes (one token = four
+characters here): a prompt longer than ``num_ctx`` (default ``default_num_ctx``, 4,096) is cut
+from the front — oldest messages first, then the start of what is left, instructions
+included — and the responder sees the cut prompt (``Request.fit`` says what was cut); a reply
+stops at ``num_predict`` tokens, or when the context is full, with ``done_reason`` "length".
+:func:`endless` answers like a small model under a JSON grammar: items until ``maxItems``,
+or until it runs out of room.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ class FakeModel:
     quantization: str = "Q4_K_M"
     size: int = 2_019_393_189
     embed_dim: int = 8
+    context_length: int = 131072
 
     @property
     def full_name(self) -> str:
@@ -95,6 +104,9 @@ class Request:
     body: Any
     # time.perf_counter() when the whole request had been read (for latency benchmarks)
     received_at: float = field(default_factory=time.perf_counter)
+    # /api/chat: num_ctx, prompt_tokens (before any cut), dropped_messages, cut_tokens,
+    # kept_tokens (after the cut)
+    fit: dict[str, int] = field(default_factory=dict)
 
 
 def fake_vector(model: str, text: str, dim: int, keep: int | None = None) -> list[float]:
@@ -173,6 +185,10 @@ class FakeOllama:
         self.fail_message = "fake Ollama failure"
         self.pull_missing: set[str] = set()  # names the "registry" does not have
         self.disconnects = 0  # streams the client closed before they ended
+        self.default_num_ctx = 4096  # Ollama's, for requests that do not say
+        # One chat request at a time, as Ollama runs one model: the rest wait their turn.
+        self.serial = False
+        self._one_at_a_time = asyncio.Lock()
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
 
@@ -289,7 +305,7 @@ class FakeOllama:
         info = {
             "general.architecture": m.family,
             "general.parameter_count": 3_212_749_888,
-            f"{m.family}.context_length": 131072,
+            f"{m.family}.context_length": m.context_length,
             f"{m.family}.embedding_length": m.embed_dim,
         }
         return await _json(
@@ -310,6 +326,19 @@ class FakeOllama:
     async def _chat(
         self, body: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
+        request = self.requests[-1]  # this one's: dispatch appended it just now
+        if not self.serial:
+            return await self._answer(request, body, reader, writer)
+        async with self._one_at_a_time:
+            return await self._answer(request, body, reader, writer)
+
+    async def _answer(
+        self,
+        request: Request,
+        body: dict,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
         name = str(body.get("model", ""))
         m = self._find(name)
         if m is None:
@@ -322,8 +351,14 @@ class FakeOllama:
             )
         if body.get("think") and "thinking" not in m.capabilities:
             return await _error(writer, 400, f'"{name}" does not support thinking')
+        options = body.get("options") or {}
+        num_ctx = int(options.get("num_ctx") or self.default_num_ctx)
+        body, fit = fit_prompt(body, num_ctx)
+        request.fit = fit
         responder = self.replies.popleft() if self.replies else self.default_reply
         reply = responder(body) if callable(responder) else responder
+        room = max(256, num_ctx - fit["kept_tokens"])  # what is left of the context
+        reply = cap_reply(reply, min(int(options.get("num_predict") or room), room))
         if reply.status is not None:
             return await _error(writer, reply.status, reply.error or "fake error")
         if reply.raw is not None:
@@ -444,6 +479,79 @@ class FakeOllama:
         return True
 
 
+def tokens_of(text: str) -> int:
+    """The fake's tokenizer: four characters a token."""
+    return math.ceil(len(text) / 4)
+
+
+def _prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(tokens_of(str(m.get("content") or "")) + 4 for m in messages)
+
+
+def fit_prompt(body: dict[str, Any], num_ctx: int) -> tuple[dict[str, Any], dict[str, int]]:
+    """The request as the model sees it under ``num_ctx``, cut the way Ollama cuts: the oldest
+    non-system messages (never the last), then the tokens after the first one."""
+    messages = [dict(m) for m in body.get("messages") or []]
+    fit = {"num_ctx": num_ctx, "prompt_tokens": _prompt_tokens(messages)}
+    fit |= {"dropped_messages": 0, "cut_tokens": 0}
+    while _prompt_tokens(messages) > num_ctx:
+        index = next((i for i, m in enumerate(messages[:-1]) if m.get("role") != "system"), None)
+        if index is None:
+            break
+        del messages[index]
+        fit["dropped_messages"] += 1
+    excess = _prompt_tokens(messages) - num_ctx
+    if excess > 0:
+        fit["cut_tokens"] = excess
+        chars = excess * 4
+        for m in messages:  # from the front: the system prompt goes first
+            text = str(m.get("content") or "")
+            keep = text[min(len(text), chars) :]
+            chars -= len(text) - len(keep)
+            m["content"] = keep
+            if chars <= 0:
+                break
+    fit["kept_tokens"] = _prompt_tokens(messages)
+    return {**body, "messages": messages}, fit
+
+
+def cap_reply(reply: Reply, limit: int) -> Reply:
+    """``reply`` stopped after ``limit`` tokens, with done_reason "length", when longer."""
+    if reply.raw is not None or reply.status is not None:
+        return reply
+    pieces = reply.pieces()
+    if tokens_of("".join(pieces)) <= limit:
+        return reply
+    kept: list[str] = []
+    left = limit * 4
+    for piece in pieces:
+        kept.append(piece[:left])
+        left -= len(piece)
+        if left <= 0:
+            break
+    text = "".join(kept)
+    return Reply(
+        text, chunks=kept, thinking=reply.thinking, delay=reply.delay, done_reason="length"
+    )
+
+
+def endless(item: dict[str, Any], key: str = "facts") -> Callable[[dict[str, Any]], Reply]:
+    """A responder that lists ``item`` under ``key`` as a small model does under a JSON
+    grammar: as many as the schema's ``maxItems`` allows, then it closes the object; without
+    ``maxItems`` it keeps going until the output limit cuts it off."""
+
+    def reply(body: dict[str, Any]) -> Reply:
+        schema = body.get("format") if isinstance(body.get("format"), dict) else {}
+        limit = ((schema.get("properties") or {}).get(key) or {}).get("maxItems")
+        one = json.dumps(item)
+        if limit is None:
+            return Reply('{"' + key + '": [' + ", ".join([one] * 5000))
+        rest = {k: [] for k in ("facts", "rules") if k != key} | {"summary": ""}
+        return Reply(json.dumps({key: [item] * limit, **rest}))
+
+    return reply
+
+
 def _details(m: FakeModel) -> dict[str, Any]:
     return {
         "parent_model": "",
@@ -552,11 +660,18 @@ class ThreadedFakeOllama:
 
 
 _MY = re.compile(r"\bmy ([\w ]{2,30}?) is ([^.!?\n]{2,60})", re.IGNORECASE)
+# "my doctor said I should sleep more": a health fact, which Navi holds for the user's review.
+_CARE = re.compile(
+    r"\bmy (doctor|gp|dentist|therapist|physio\w*|nurse) (?:said|says|told me)"
+    r"(?: that)? ([^.!?\n]{2,80})",
+    re.IGNORECASE,
+)
 
 
 def _learn(body: dict[str, Any]) -> Reply:
     """A crude stand-in for the extraction model, so that trying the app by hand shows memory
-    filling in: every "my X is Y" the user said becomes a fact; other structured requests
+    filling in: every "my X is Y" the user said becomes a fact, and "my doctor said ..." a
+    health fact (held for review: the inbox has something to try); other structured requests
     (summary, profile) get their one field filled with a plain sentence."""
     schema = body["format"]
     said = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
@@ -573,6 +688,19 @@ def _learn(body: dict[str, Any]) -> Reply:
             }
             for match in _MY.finditer(said)
             for key, value in [match.groups()]
+        ]
+        facts += [
+            {
+                "subject": "user",
+                "key": f"{who.lower()}'s advice",
+                "value": advice.strip(),
+                "category": "health",
+                "evidence": match.group(0),
+                "source": "conversation",
+                "confidence": 0.9,
+            }
+            for match in _CARE.finditer(said)
+            for who, advice in [match.groups()]
         ]
         summary = f"The user shared {len(facts)} fact(s)." if facts else "A short chat."
         return Reply(json.dumps({"facts": facts, "rules": [], "summary": summary}))
@@ -617,3 +745,96 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ---- a model that remembers: repeats values, saves them with a tool, searches for them -------
+
+_REMEMBER = re.compile(r"\bremember (?:that )?my ([\w ]{2,30}?) is ([^.!?\n]{2,60})", re.I)
+_ASK = re.compile(r"\bwhat(?:'s| is) my ([\w ]{2,30}?)\s*\?", re.I)
+_YOUR = re.compile(r"\byour ([\w ]{2,30}?) is ([^.!?\n\"]{2,60})", re.I)
+_STATED = re.compile(r"\b(?:user )?([\w ]{2,30}?): ([^\n\"]{2,60})")
+
+
+def remembering_model(health_keys: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], Reply]:
+    """A chat model that uses memory the way real ones do, for end-to-end tests of what Navi
+    keeps: it repeats a value the user tells it ("Got it: your locker code is X."); asked to
+    remember one, it calls ``memory_save``; asked for one, it calls ``memory_search`` and
+    answers with what the tool returned. As the extraction model it learns every "my X is Y"
+    the user said (keys in ``health_keys`` as health facts, which are held for review) and
+    writes summaries that state the values; it writes profiles from the facts, and rewrites a
+    redacted summary by dropping the removed parts."""
+
+    def reply(body: dict[str, Any]) -> Reply:
+        messages = body.get("messages", [])
+        if isinstance(body.get("format"), dict):
+            return _structured(body["format"], messages, health_keys)
+        last = messages[-1] if messages else {}
+        said = next(
+            (str(m.get("content", "")) for m in reversed(messages) if m.get("role") == "user"), ""
+        )
+        if last.get("role") == "tool":
+            return Reply(_after_tool(str(last.get("content", "")), said))
+        tools = {t["function"]["name"] for t in body.get("tools") or []}
+        if (m := _REMEMBER.search(said)) and "memory_save" in tools:
+            key, value = m.group(1).strip(), m.group(2).strip()
+            args = {"key": key, "value": value, "category": "profile"}
+            return Reply(tool_calls=[("memory_save", args)])
+        if (m := _ASK.search(said)) and "memory_search" in tools:
+            return Reply(tool_calls=[("memory_search", {"query": m.group(1).strip()})])
+        if found := _MY.search(said):
+            return Reply(f"Got it: your {found.group(1).strip()} is {found.group(2).strip()}.")
+        return Reply("OK.")
+
+    return reply
+
+
+def _after_tool(result: str, said: str) -> str:
+    try:
+        data = json.loads(result)
+    except ValueError:
+        return "The tool failed."
+    if "results" in data:
+        for hit in data["results"]:
+            if m := _STATED.search(str(hit.get("text", ""))):
+                return f"Your {m.group(1).strip()} is {m.group(2).strip()}."
+        return "I don't know that yet."
+    if data.get("saved") and (m := _REMEMBER.search(said)):
+        return f"Saved: your {m.group(1).strip()} is {m.group(2).strip()}."
+    return f"I could not save it: {data.get('message') or data.get('error') or data}"
+
+
+def _structured(schema: dict[str, Any], messages: list[dict[str, Any]], health: tuple) -> Reply:
+    system = str(messages[0].get("content", "")) if messages else ""
+    material = str(messages[-1].get("content", "")) if messages else ""
+    names = schema.get("properties", {})
+    if "facts" in names:
+        facts, sentences = [], []
+        for line in material.splitlines():
+            if line.startswith("User") and (m := _MY.search(line)):
+                key, value = m.group(1).strip(), m.group(2).strip()
+                facts.append(
+                    {
+                        "subject": "user",
+                        "key": key,
+                        "value": value,
+                        "category": "health" if key in health else "profile",
+                        "evidence": m.group(0).strip(),
+                        "source": "conversation",
+                        "confidence": 0.9,
+                    }
+                )
+                sentences.append(f"The user said that their {key} is {value}.")
+            elif line.startswith("Assistant") and (m := _YOUR.search(line)):
+                sentences.append(
+                    f"Navi told the user that their {m.group(1).strip()} is {m.group(2).strip()}."
+                )
+        summary = " ".join(dict.fromkeys(sentences)) or "A short chat."
+        return Reply(json.dumps({"facts": facts, "rules": [], "summary": summary}))
+    if "profile" in names:
+        stated = [f"The user's {k.strip()} is {v.strip()}." for k, v in _STATED.findall(material)]
+        return Reply(json.dumps({"profile": " ".join(stated) or "Nothing yet."}))
+    field = (schema.get("required") or ["text"])[0]
+    if "[forgotten]" in system:  # a redacted summary to rewrite: drop what was removed
+        text = re.sub(r"[^.]*\[forgotten\][^.]*\.?", "", material).strip()
+        return Reply(json.dumps({field: text or "A chat about the user's things."}))
+    return Reply(json.dumps({field: material[:200]}))

@@ -34,7 +34,38 @@ def test_the_app_imports_no_ollama_and_no_engine():
         " navi_desktop.tui.inspector.screen, navi_desktop.tui.settings.screen"
     )
     assert "textual" in modules
-    assert not {"ollama", "httpx", "aiosqlite", "sqlite_vec", "numpy"} & modules
+    assert not {"ollama", "httpx", "aiosqlite", "sqlite_vec", "numpy", "pydantic"} & modules
+
+
+def test_clients_import_no_pydantic():
+    """The daemon's parameter models (pydantic) cost start-up time: every module a CLI command
+    or the TUI loads to reach the daemon leaves pydantic out."""
+    modules = imported_after(
+        "import navi_desktop.cli.main, navi_desktop.cli.memory, navi_desktop.cli.daemon_cmds,"
+        " navi_desktop.daemon.client, navi_desktop.daemon.main, navi_desktop.daemon.memory_api,"
+        " navi_desktop.tui.link"
+    )
+    assert not {"pydantic", "pydantic_core"} & modules
+
+
+def test_only_the_daemon_side_imports_pydantic():
+    import pathlib
+
+    root = pathlib.Path(__file__).parent.parent / "navi_desktop"
+    client_side = {"client.py", "wire.py", "main.py", "memory_api.py"}
+    offenders = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if (
+            path.relative_to(root).parts[0] not in ("daemon", "llm")
+            or (path.parent.name == "daemon" and path.name in client_side)
+        )
+        and any(
+            line.lstrip().startswith(("import pydantic", "from pydantic"))
+            for line in path.read_text().splitlines()
+        )
+    ]
+    assert offenders == []
 
 
 def test_only_the_tui_imports_textual():

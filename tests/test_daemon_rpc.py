@@ -22,7 +22,8 @@ from navi_desktop.daemon.client import (
     RpcCallError,
     call_sync,
 )
-from navi_desktop.daemon.rpc import Peer, RpcServer, allowed, expose, peer_uid
+from navi_desktop.daemon.params import expose
+from navi_desktop.daemon.rpc import Peer, RpcServer, allowed, peer_uid
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
 
 MAX_FRAME = 64 * 1024
@@ -483,7 +484,7 @@ async def test_client_error_mapping(server: RpcServer, sock_path: Path) -> None:
         assert unknown.value.code == -32601
         # expose(): names and types checked, peer injected.
         assert (await client.call("test.greet", {"name": "ann"})).startswith("hello ann")
-        with pytest.raises(InvalidInput, match="'times' must be integer, got string"):
+        with pytest.raises(InvalidInput, match=r"parameter 'times' must be an integer.*got string"):
             await client.call("test.greet", {"name": "ann", "times": "2"})
         with pytest.raises(InvalidInput, match="missing required parameter 'name'"):
             await client.call("test.greet", {})

@@ -72,7 +72,8 @@ async def test_forget_removes_every_trace_and_the_bytes(tmp_path):
             )
             assert n == 0, table
         assert await store.db.scalar("SELECT count(*) FROM tombstones") == 2
-        assert await store.get_meta("profile_summary") is None
+        # Redacted in place, and marked stale so that it is rewritten from the facts.
+        assert await store.get_meta("profile_summary") == "The user has a [forgotten]."
         assert await store.get_meta("profile_summary_stale") == "1"
         assert "[forgotten]" in (await store.messages(session.id))[0].content
         assert (await store.get_session(session.id)).title == "About the [forgotten]"

@@ -331,7 +331,9 @@ async def test_complete_json_passes_the_schema_as_format(fake, backend):
     assert result == {"facts": [{"key": "cat", "value": "Miso", "confidence": 0.9}]}
     body = fake.bodies()[-1]
     assert body["format"] == FACTS_SCHEMA and body["stream"] is False
-    assert body["options"] == {"temperature": 0}
+    # The caller's options win; every structured request is bounded and seeded.
+    assert body["options"]["temperature"] == 0
+    assert {"seed", "num_predict", "num_ctx"} <= set(body["options"])
 
 
 @pytest.mark.parametrize(

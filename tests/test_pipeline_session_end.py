@@ -70,7 +70,7 @@ async def test_conversation_becomes_facts_rule_summary_and_profile(store, llm, f
             [rule("Answer in French", "Please answer in French from now on")],
             "The user introduced themselves and asked for answers in French.",
         ),
-        profile("Sam lives in Lyon and writes Rust."),
+        profile("Lives in Lyon and writes Rust."),
     )
     report = await end_session(store, llm, session.id, SETTINGS)
 
@@ -115,7 +115,7 @@ async def test_conversation_becomes_facts_rule_summary_and_profile(store, llm, f
     assert (summary.message_from, summary.message_to) == (user1.id, last.id)
     assert report.summary_id == summary.id
 
-    assert await store.profile_summary() == ("Sam lives in Lyon and writes Rust.", False)
+    assert await store.profile_summary() == ("Lives in Lyon and writes Rust.", False)
     state = await store.get_session(session.id)
     assert (state.state, state.processed_upto, state.pending_reason) == ("ended", last.id, None)
 
@@ -534,12 +534,12 @@ def _bad_fact(**change):
 
 FAILURES = {
     "invalid json": (Reply("not json"), "not valid JSON"),
-    "confidence not a number": (Reply(_bad_fact(confidence="high")), "schema"),
+    "confidence not a number": (Reply(_bad_fact(confidence=[0.9])), "confidence is not a number"),
     "facts not a list": (
         Reply(json.dumps({"facts": "Lyon", "rules": [], "summary": "x"})),
-        "schema",
+        '"facts" and "rules" lists',
     ),
-    "empty key": (Reply(_bad_fact(key="  ")), '"key" must be a non-empty string'),
+    "empty key": (Reply(_bad_fact(key="  ")), "empty attribute"),
     "truncated": (Reply(VALID[: len(VALID) // 2]), "not valid JSON"),
     "truncated at the token limit": (
         Reply(VALID[: len(VALID) // 2], done_reason="length"),
@@ -622,16 +622,29 @@ async def test_timeout_leaves_session_pending(store, fake, monkeypatch):
         await _retry_succeeds(store, llm, fake, sid)
 
 
-async def test_failure_in_a_later_chunk_writes_nothing(store, llm, fake, monkeypatch):
+async def test_failure_in_a_later_chunk_keeps_the_earlier_ones(store, llm, fake):
     await _seed(store)
     sid = await new_session(
         store, ("user", "I live in Lyon. " + "a" * 150), ("assistant", "Nice. " + "b" * 150)
     )
-    rows = await memory_rows(store)
+    first, second = await store.messages(sid)
     fake.script(Reply(VALID), Reply("{"))
     report = await end_session(store, llm, sid, EndSettings(model=MODEL, chunk_chars=200))
     assert (report.status, report.llm_calls) == ("pending", 2)
-    await _check_pending(store, sid, "not valid JSON", rows, monkeypatch)
+    assert "not valid JSON" in report.reason
+    session = await store.get_session(sid)
+    assert (session.state, session.processed_upto) == ("pending", first.id)
+    assert (await facts_by_key(store, "home city"))[0]["status"] == "active"
+    # The retry asks about the rest only, in smaller chunks (a different request).
+    fake.default_reply = extraction(summary="More chat.")
+    before = len(chat_bodies(fake))
+    again = await end_session(store, llm, sid, EndSettings(model=MODEL, chunk_chars=200))
+    assert again.status == "processed"
+    bodies = chat_bodies(fake)[before:]
+    asks = [prompt_of(b) for b in bodies if b["format"] == EXTRACTION_SCHEMA]
+    assert len(asks) == again.chunks > 1
+    assert "Nice." in asks[0] and not any("Lyon" in ask for ask in asks)
+    assert (await store.get_session(sid)).processed_upto == second.id
 
 
 async def test_failed_profile_rewrite_keeps_the_session_processed(store, llm, fake):

@@ -188,7 +188,12 @@ async def test_sessions_can_be_searched_opened_renamed_exported_and_deleted(
         await until(pilot, lambda: chat.sessions.title_of(tea) == "Tea notes")
 
         await pilot.press("f9")
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        offered = app.screen.query_one("#text").value
+        assert offered.endswith("navi-session-tea-notes.md")
         exported = tmp_path / "navi-session-tea-notes.md"
+        app.screen.query_one("#text").value = str(exported)
+        await pilot.press("enter")
         await until(pilot, exported.exists)
         assert "Tea is good." in exported.read_text()
 
@@ -291,7 +296,7 @@ async def test_no_daemon_the_app_still_opens_and_says_why(tmp_path):
 async def test_keys_are_rebindable_by_id_and_shown_in_the_footer_and_palette(fake, tmp_path):
     from textual.widgets._footer import FooterKey
 
-    paths = make_home(tmp_path, fake.url, '[ui.keymap]\n"navi.chat.new" = "ctrl+b"\n')
+    paths = make_home(tmp_path, fake.url, '[ui.keymap]\n"navi.chat.new" = "ctrl+g"\n')
     d = await Daemon(paths).start()
     fake.script(Reply("One."))
     try:
@@ -304,8 +309,8 @@ async def test_keys_are_rebindable_by_id_and_shown_in_the_footer_and_palette(fak
                 return {k.description: k.key for k in chat.query(FooterKey) if k.description}
 
             await until(pilot, lambda: "New session" in keys())
-            assert keys()["New session"] == "ctrl+b"  # the keymap's key
-            assert "Regenerate" not in keys()  # hidden: no reply yet
+            assert keys()["New session"] == "ctrl+g"  # the keymap's key
+            assert "What did you use?" not in keys()  # hidden: no reply yet
             # The footer is rebuilt only when the keys it shows change.
             first = chat.query(FooterKey).first()
             chat.refresh_bindings()  # as every focus change does
@@ -317,10 +322,10 @@ async def test_keys_are_rebindable_by_id_and_shown_in_the_footer_and_palette(fak
             await until(pilot, lambda: "Send" in keys())
 
             await say(app, pilot, "hello")
-            await until(pilot, lambda: "Regenerate" in keys())  # a reply to regenerate
+            await until(pilot, lambda: "What did you use?" in keys())  # a reply to explain
             commands = {c.title for c in app.get_system_commands(chat)}
             assert {"New session", "Regenerate", "Incognito", "Memory", "Settings"} <= commands
-            await pilot.press("ctrl+b")
+            await pilot.press("ctrl+g")
             await until(pilot, lambda: chat.session_id is None and not views(app))
     finally:
         await d.stop()

@@ -144,14 +144,18 @@ async def test_detail_shows_evidence_and_history(daemon: Daemon) -> None:
     await daemon.call("memory.edit", {"args": [tea["id"]], "kwargs": {"value": "green tea"}})
     async with inspector(daemon) as (app, pilot, screen):
         await highlight(pilot, screen, tea["id"])
-        await until(pilot, lambda: "edit by user" in detail_plain(app))
-        text = detail_plain(app)
+        await until(pilot, lambda: "(by you)" in detail_plain(app))
+        text = " ".join(detail_plain(app).split())
         assert "Fact #1 · preferences" in text
-        assert "“I only drink green tea, never with sugar”" in text
-        assert "Source      conversation" in text and "Confidence  0.90" in text
-        assert "create by user" in text
-        assert "edit by user" in text
-        assert "value: green tea, no sugar → green tea" in text
+        # The quote supported the value before the edit, and says so.
+        assert (
+            "of the earlier value “green tea, no sugar”: “I only drink green tea, never with"
+            " sugar”" in text
+        )
+        assert "Source conversation" in text and "Confidence 0.90" in text
+        assert "added by you" in text
+        assert "value changed from “green tea, no sugar” to “green tea” (by you)" in text
+        assert "edit by user" not in text and "→" not in text.split("History")[1]
 
 
 async def ask_to_forget(pilot: Any, screen: InspectorScreen, memory_id: int) -> None:
@@ -211,7 +215,10 @@ async def test_edit_the_value(daemon: Daemon) -> None:
         assert got["value"] == "likes modal jazz"
         # The screen kept the edited memory highlighted and shows its new history.
         assert screen.current is not None and screen.current["id"] == jazz["id"]
-        await until(pilot, lambda: "value: likes jazz → likes modal jazz" in detail_plain(app))
+        await until(
+            pilot,
+            lambda: "from “likes jazz” to “likes modal jazz”" in " ".join(detail_plain(app).split()),
+        )
 
 
 async def held(daemon: Daemon, value: str, key: str, reason: str) -> dict[str, Any]:
@@ -301,7 +308,7 @@ async def test_actions_are_palette_commands(daemon: Daemon) -> None:
     async with inspector(daemon) as (app, pilot, screen):
         await until(pilot, lambda: screen.history_of is not None)
         titles = {command.title for command in app.get_system_commands(screen)}
-        assert {"Search", "Forget", "Edit", "Pin / unpin", "Export"} <= titles
+        assert {"Search", "Forget", "Edit", "Pin / unpin", "Export memory"} <= titles
         assert not {"Accept", "Reject", "Open session"} & titles  # none apply here
         await open_tab(pilot, screen, "inbox")
         await until(pilot, lambda: screen.current is not None)
@@ -372,16 +379,29 @@ async def test_archived_ones_show_with_the_switch(daemon: Daemon) -> None:
         await until(pilot, lambda: "  music: likes jazz (archived)" in rows(screen, "facts"))
 
 
-async def test_export_writes_markdown_here(
-    daemon: Daemon, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_export_asks_where_and_never_replaces_a_file_unasked(
+    daemon: Daemon, tmp_path: Path
 ) -> None:
+    from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen
+
     await seed(daemon)
-    monkeypatch.chdir(tmp_path)
-    async with inspector(daemon) as (_app, pilot, _screen):
-        await pilot.press("ctrl+e")
-        path = tmp_path / "navi-memory-tester.md"
-        await until(pilot, path.exists)
-        assert "likes jazz" in path.read_text()
+    path = tmp_path / "my memory.md"
+    path.write_text("my own notes")
+    async with inspector(daemon) as (app, pilot, _screen):
+        for answer in ("no", "yes"):
+            await pilot.press("f9")
+            await until(pilot, lambda: isinstance(app.screen, TextScreen))
+            assert app.screen.query_one("#text", Input).value.endswith("navi-memory-tester.md")
+            app.screen.query_one("#text", Input).value = str(path)
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await pilot.click(f"#choice-{answer}")
+            await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+            if answer == "no":
+                await pilot.pause(0.2)
+                assert path.read_text() == "my own notes"
+        await until(pilot, lambda: "likes jazz" in path.read_text())
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
 async def test_opens_without_a_daemon(tmp_path: Path) -> None:

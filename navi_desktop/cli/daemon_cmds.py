@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -172,18 +173,36 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         f"sessions     {status['open_sessions']} open,"
         f" {status['pending_extractions']} waiting to be processed"
     )
+    for end in status.get("extracting") or []:
+        where = f"chunk {end['chunk']} of {end['chunks']}" if end["chunks"] else "starting"
+        if end["waiting"]:
+            where += ", waiting for you to be idle"
+        print(f"learning     session {end['session_id']} ({end['trigger']}): {where}")
     if status["last_failure"]:
         print(f"last failure {status['last_failure']}")
+    for profile, problem in (status.get("profile_errors") or {}).items():
+        print(f"profile      {profile}: {problem['message']}")
+    for problem in status.get("config_errors") or ():
+        print(f"config       {problem}")
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    if not args.message.strip():
+        error('nothing to send: the message is empty; write it in quotes, as in navi chat "hello"')
+        return 2
     params = _params(
         args, text=args.message, session_id=args.session, incognito=True if args.incognito else None
     )
 
     async def main() -> Any:
         client = await _client()
+        if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
+            from navi_desktop.ollama_host import host_note
+
+            note = host_note(await client.call("settings.get", {}))
+            if note:
+                print(f"navi: {note}", file=sys.stderr)
 
         async def show_deltas() -> None:
             async for note in client.notifications():
@@ -204,6 +223,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
         emit_json(result)
     else:
         sys.stdout.write("\n")
+    if result.get("cut"):
+        print(
+            "(the reply was cut at its length limit: raise ollama.reply_max_tokens for longer"
+            " ones)",
+            file=sys.stderr,
+        )
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
     return 0
@@ -221,9 +246,25 @@ def cmd_end(args: argparse.Namespace) -> int:
         learned = ", ".join(f"{len(ids)} {action}" for action, ids in r["learned"].items())
         if r["status"] == "pending":
             print(f"{r['session_id']}: not processed yet ({r['reason']}); it will be retried")
+            if learned:
+                print(f"  kept from the parts done: {learned}")
         else:
             print(f"{r['session_id']}: {r['status']}" + (f" — {learned}" if learned else ""))
+        for line in _dropped_lines(r):
+            print(line)
     return 0
+
+
+def _dropped_lines(report: dict[str, Any]) -> list[str]:
+    """What the session end left out, and why: candidates, then summary notes."""
+    dropped = report.get("dropped") or []
+    lines = []
+    if dropped:
+        offered = report.get("offered") or len(dropped)
+        lines.append(f"  dropped {len(dropped)} of {max(offered, len(dropped))}:")
+        lines += [f"    - {d}" for d in dropped]
+    lines += [f"  {note}" for note in report.get("notes") or []]
+    return lines
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:

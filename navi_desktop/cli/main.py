@@ -59,6 +59,14 @@ def run_app(args: argparse.Namespace) -> int:
     return 0
 
 
+def _warn_config() -> None:
+    """config.toml's problems as warning lines on stderr (cli/config_check.py)."""
+    from navi_desktop.cli import config_check
+    from navi_desktop.paths import Paths
+
+    config_check.warn(Paths.from_env())
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run ``navi`` with these arguments; returns the exit code (never raises SystemExit)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -75,6 +83,8 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         handler = run_app
     try:
+        if handler is not run_app:  # the app shows config.toml's problems in its banner
+            _warn_config()
         return handler(args)
     except (InvalidInput, CorruptDatabase) as err:  # the request itself is wrong
         error(str(err))

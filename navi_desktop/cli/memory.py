@@ -12,6 +12,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 BACKFILL_PER_RUN = 64
+MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
 SORTS = ("updated", "created", "strength", "confidence", "id")
 
 
@@ -138,9 +140,27 @@ def register(commands: Any) -> None:
     p = command("show", cmd_show, "show one memory with its earlier versions and history")
     p.add_argument("id", type=int, metavar="ID")
 
-    p = command("forget", cmd_forget, "forget a memory and every trace of it, for good")
+    p = command(
+        "forget",
+        cmd_forget,
+        "forget a memory and every trace of it, for good (without --yes: see where it occurs)",
+        epilog="Matching: the value and evidence quotes are found as whole words, ignoring case,"
+        " Unicode forms (NFKC) and spacing. Values shorter than 3 characters, made of common"
+        " words, or found in many messages need --everywhere with --yes.",
+    )
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--everywhere",
+        action="store_true",
+        help="confirm removing a short or common value everywhere it occurs (the default scope)",
+    )
+    scope.add_argument(
+        "--only-evidence",
+        action="store_true",
+        help="forget the memory and its evidence quotes, but keep other mentions of the value",
+    )
 
     p = command("pin", cmd_pin, "pin a memory (it never decays), or unpin it with --off")
     p.add_argument("id", type=int, metavar="ID")
@@ -170,6 +190,10 @@ def register(commands: Any) -> None:
 
     command("stats", cmd_stats, "counts, file path and size")
 
+    from navi_desktop.cli import doctor  # doctor, backup, restore
+
+    doctor.register(command)
+
 
 # -- shared helpers ----------------------------------------------------------------------------
 
@@ -184,10 +208,9 @@ def _profile(args: argparse.Namespace) -> str:
 
     name = getattr(args, "profile", None)
     if name is None:
-        from navi_desktop.config import load_settings
+        from navi_desktop.cli.config_check import settings
 
-        settings, _ = load_settings(Paths.from_env().config_file)
-        name = settings.memory.effective_profile()
+        name = settings(Paths.from_env()).memory.effective_profile()
     return check_profile_name(name)
 
 
@@ -534,37 +557,107 @@ def _confirm(question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def cmd_forget(args: argparse.Namespace) -> int:
-    if not args.yes and not sys.stdin.isatty():
-        raise InvalidInput(
-            f"forget asks for confirmation and stdin is not a terminal:"
-            f" pass --yes to forget memory {args.id}"
+def _preview_lines(preview: Any, scope: str) -> list[str]:
+    """What a forget would remove, for a person: both scopes, a few examples, the warning."""
+    lines = [f"Forget #{preview.memory_id}: {one_line(preview.text)}"]
+    if preview.versions:
+        lines.append("  with its earlier versions " + ", ".join(f"#{v}" for v in preview.versions))
+    lines.append(f"Matched: {preview.rule}.")
+    for name, places, chosen in (
+        ("everywhere (default)", preview.everywhere, scope == "everywhere"),
+        (
+            "only the memory and its evidence (--only-evidence)",
+            preview.evidence,
+            scope != "everywhere",
+        ),
+    ):
+        mark = "*" if chosen else " "
+        lines.append(f"{mark} {name}: " + ("; ".join(places) if places else "nothing else"))
+    if preview.samples and scope == "everywhere":
+        lines.append("For example:")
+        lines += [f"  {truncate(one_line(s), 100)}" for s in preview.samples]
+    if preview.broad and scope == "everywhere":
+        lines.append(
+            f"Careful: {preview.broad}; unrelated text that contains it as a word goes too."
         )
+    return lines
+
+
+def _forget_error(memory_id: int, broad: str | None, why: str) -> InvalidInput:
+    if broad:
+        return InvalidInput(
+            f"{why}: removing memory {memory_id}'s value everywhere needs confirmation, as"
+            f" {broad}: pass --yes --everywhere, or --yes --only-evidence to keep other mentions"
+        )
+    return InvalidInput(f"{why}: pass --yes to forget memory {memory_id}")
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    scope = "evidence" if args.only_evidence else "everywhere"
+    interactive = not args.yes and sys.stdin.isatty()
 
     async def work(store: MemoryStore):
-        m = await store.get(args.id)
-        if not args.yes and not _confirm(
-            f"Forget #{m.id} ({truncate(one_line(_text(m)), 60)}), its earlier versions and"
-            " their evidence, for good?"
-        ):
-            return None
-        return await store.forget(args.id)
+        preview = await store.forget_preview(args.id)
+        if args.yes:
+            if scope == "everywhere" and preview.broad and not args.everywhere:
+                return preview, None
+            return preview, await store.forget(args.id, scope=scope)
+        if not interactive:
+            return preview, None
+        print("\n".join(_preview_lines(preview, scope)), file=sys.stderr)
+        places = preview.everywhere if scope == "everywhere" else preview.evidence
+        question = f"Forget #{preview.memory_id} ({truncate(one_line(preview.text), 60)})"
+        question += ", its earlier versions" if preview.versions else ""
+        question += " and every occurrence listed above" if places else ""
+        if not _confirm(question + ", for good?"):
+            return preview, False
+        return preview, await store.forget(args.id, scope=scope)
 
-    report = _with_store(args, work, memory_id=args.id)
-    if _json(args):
-        forgotten = report.forgotten if report else []
-        emit_json(
-            {"forgotten": forgotten, "redacted_messages": report.redacted_messages if report else 0}
+    preview, report = _with_store(args, work, memory_id=args.id)
+    broad = preview.broad if scope == "everywhere" else None
+    if report is None:  # not asked: --yes refused for a broad value, or no terminal
+        if args.yes:
+            raise _forget_error(args.id, broad, "not forgotten")
+        if _json(args):
+            emit_json({"preview": asdict(preview)})
+        else:
+            print("\n".join(_preview_lines(preview, scope)))
+        raise _forget_error(
+            args.id, broad, "forget asks for confirmation and stdin is not a terminal"
         )
+    if _json(args):
+        doc: dict[str, Any] = {
+            "forgotten": report.forgotten if report else [],
+            "redacted_messages": report.redacted_messages if report else 0,
+        }
+        if report and report.redacted:  # present only when something beyond the memory went
+            doc["redacted"] = report.redacted
+        if report and report.scrub_pending:
+            doc["scrub_pending"] = report.scrub_pending
+        if report and report.backups:
+            doc["backups"] = report.backups
+        if report and report.unscrubbed:
+            doc["unscrubbed"] = report.unscrubbed
+        emit_json(doc)
         return 0 if report else 1
-    if report is None:
+    if not report:
         print("Nothing forgotten.")
         return 1
     ids = ", ".join(f"#{i}" for i in report.forgotten)
     line = f"Forgot {ids}."
-    if report.redacted_messages:
-        line += f" Evidence removed from {report.redacted_messages} message(s)."
+    places = [*report.redacted]
+    if report.backups:
+        places.append(f"{report.backups} backup{'s' if report.backups > 1 else ''}")
+    if places:
+        line += " Removed from " + "; ".join(places) + "."
     print(line)
+    for problem in report.unscrubbed:
+        print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
+    if report.scrub_pending:
+        print(
+            f"The memory file still holds an old copy of it: {report.scrub_pending}. Navi"
+            " removes it as soon as that reader closes; `navi memory stats` lists it until then."
+        )
     return 0
 
 
@@ -681,11 +774,17 @@ def cmd_import(args: argparse.Namespace) -> int:
     source = "stdin" if args.file == "-" else args.file
     try:
         if args.file == "-":
-            raw = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+            stream = getattr(sys.stdin, "buffer", sys.stdin)
+            raw = stream.read(MAX_IMPORT_BYTES + 1)
         else:
-            raw = Path(args.file).read_bytes()
+            with open(args.file, "rb") as handle:
+                raw = handle.read(MAX_IMPORT_BYTES + 1)
     except OSError as exc:
         raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise InvalidInput(
+            f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
+        )
     try:
         text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
     except UnicodeDecodeError as exc:
@@ -734,6 +833,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"Pinned      {stats['pinned']}")
     print(f"Sessions    {stats['sessions']} ({stats['messages']} messages)")
     print(f"Forgotten   {stats['tombstones']} (tombstones)")
+    for scrub in stats.get("pending_scrubs") or []:
+        ids = ", ".join(f"#{i}" for i in scrub["ids"])
+        print(f"Scrubbing   {ids}: waiting since {scrub['since'][:19]}Z: {scrub['reason']}")
     print(f"Entities    {stats['entities']}")
     for e in stats["embeddings"]:
         print(f"Vectors     {e['count']} × {e['model']} ({e['dim']}-d)")

@@ -32,6 +32,7 @@ class TurnResult:
     injected: int = 0
     cancelled: bool = False
     memory_changed: list[int] = field(default_factory=list)
+    cut: bool = False  # the reply reached the length cap (ollama.reply_max_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class TurnResult:
             "reply_message_id": self.reply_message_id,
             "injected": self.injected,
             "cancelled": self.cancelled,
+            "cut": self.cut,
         }
 
 
@@ -52,14 +54,17 @@ async def _stream(
     emit: Emit,
     session_id: str,
     transcript: list[dict[str, Any]],
+    reply_tokens: int | None = None,
 ) -> tuple[str, Done | None, bool]:
     """Stream the reply to ``emit``; returns (reply text, last Done, cancelled)."""
     parts: list[str] = []
     done: Done | None = None
+    # A cap on the reply, and a context that holds the prompt (else the server cuts it).
+    messages, options = await backend.chat_request(model, messages, reply_tokens)
     if tools is not None:
-        events = backend.chat_with_tools(model, messages, TOOLS, tools.call)
+        events = backend.chat_with_tools(model, messages, TOOLS, tools.call, options=options)
     else:
-        events = backend.chat_stream(model, messages)
+        events = backend.chat_stream(model, messages, options=options)
     try:
         async with aclosing(events) as stream:
             async for event in stream:
@@ -103,6 +108,7 @@ async def run_turn(
     context: ContextSettings,
     use_tools: bool,
     reuse_user: Message | None = None,
+    reply_tokens: int | None = None,
 ) -> TurnResult:
     """A turn in a normal session. The user's message is stored before anything can fail:
     an acknowledged message is never lost. ``reuse_user``: answer this stored message again
@@ -136,7 +142,7 @@ async def run_turn(
     steps: list[dict[str, Any]] = []
     try:
         reply, done, cancelled = await _stream(
-            backend, model, ctx.messages, tools, emit, session_id, steps
+            backend, model, ctx.messages, tools, emit, session_id, steps, reply_tokens
         )
     finally:
         # Tool calls and results belong in the transcript (extraction reads them), even when
@@ -154,6 +160,9 @@ async def run_turn(
         meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
     if cancelled:
         meta["cancelled"] = True
+    cut = _was_cut(done)
+    if cut:
+        meta["cut"] = True
     saved = None
     if reply or not cancelled:
         saved = await store.save_message(session_id, "assistant", reply, meta=meta)
@@ -165,7 +174,13 @@ async def run_turn(
         len(ctx.injections),
         cancelled,
         tools.changed if tools else [],
+        cut,
     )
+
+
+def _was_cut(done: Done | None) -> bool:
+    """The reply stopped at the length cap rather than where the model ended it."""
+    return done is not None and done.done_reason == "length"
 
 
 async def run_incognito_turn(
@@ -177,12 +192,15 @@ async def run_incognito_turn(
     text: str,
     emit: Emit,
     context: ContextSettings,
+    reply_tokens: int | None = None,
 ) -> TurnResult:
     """A turn that touches no file: the transcript lives in ``session`` only; memory is read
     (never written) only when the session allows it. No memory tools: they would write."""
     ctx = await session.context(store, text, context)
-    reply, _done, cancelled = await _stream(
-        backend, model, ctx.messages, None, emit, session.id, []
+    reply, done, cancelled = await _stream(
+        backend, model, ctx.messages, None, emit, session.id, [], reply_tokens
     )
     session.add_turn(text, reply)
-    return TurnResult(session.id, reply, None, None, len(ctx.injections), cancelled)
+    return TurnResult(
+        session.id, reply, None, None, len(ctx.injections), cancelled, cut=_was_cut(done)
+    )

@@ -10,20 +10,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import logging
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from navi_desktop.daemon.wire import INVALID_PARAMS, NOT_FOUND, encode, envelope
+from navi_desktop.daemon.peercred import peer_uid, user_label
+from navi_desktop.daemon.wire import (
+    INVALID_PARAMS,
+    MAX_DEPTH,
+    NOT_FOUND,
+    FrameError,
+    decode,
+    encode,
+    envelope,
+)
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "DaemonClient",
+    "DaemonNotTrusted",
     "DaemonUnavailable",
     "Notification",
     "RemoteCorruptDatabase",
@@ -47,6 +56,10 @@ class DaemonUnavailable(NaviError):
 
 class RpcTimeout(DaemonUnavailable):
     """The daemon did not answer a call in time."""
+
+
+class DaemonNotTrusted(NaviError):
+    """What listens at the socket path is not run by this user: nothing was sent to it."""
 
 
 class RpcCallError(NaviError):
@@ -100,7 +113,7 @@ def error_from_reply(error: Any) -> RpcCallError:
         cls = RemoteNotFound
     elif code == INVALID_PARAMS or kind == "InvalidInput":
         cls = RemoteInvalidInput
-    elif kind == "CorruptDatabase":
+    elif kind == "CorruptDatabase" or (kind or "").startswith("Profile"):  # ProfileDamaged...
         cls = RemoteCorruptDatabase
     return cls(message, code=code, kind=kind, data=data)
 
@@ -123,6 +136,7 @@ class DaemonClient:
         self._write_lock = asyncio.Lock()
         self._closed = False
         self._fatal: dict[str, Any] | None = None  # an id-less error the daemon sent
+        self._broken: str | None = None  # why this client stopped reading the daemon
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -160,6 +174,15 @@ class DaemonClient:
             raise DaemonUnavailable(
                 f"cannot connect to the Navi daemon at {path}: {exc.strerror or exc}", path
             ) from None
+        # Before a byte is sent: only a daemon of this user may hear what the user types.
+        uid = peer_uid(writer.get_extra_info("socket"))
+        if uid is None or uid != os.geteuid():
+            writer.transport.abort()
+            raise DaemonNotTrusted(
+                f"refusing to talk to {path}: it is served by {user_label(uid)}, not by you"
+                f" ({user_label(os.geteuid())}); nothing was sent. Stop that program or remove"
+                " the socket, then start Navi again"
+            )
         return cls(reader, writer, path)
 
     @property
@@ -241,6 +264,8 @@ class DaemonClient:
     def _unavailable(self) -> NaviError:
         if self._fatal is not None:
             return error_from_reply(self._fatal)
+        if self._broken is not None:
+            return DaemonUnavailable(self._broken, self.socket_path)
         return DaemonUnavailable("the daemon closed the connection", self.socket_path)
 
     async def _read_loop(self) -> None:
@@ -251,11 +276,15 @@ class DaemonClient:
                 except asyncio.IncompleteReadError:
                     break
                 except asyncio.LimitOverrunError as exc:
-                    log.error("the daemon sent a frame over %s bytes; disconnecting", exc.consumed)
+                    self._broken = f"the daemon sent a frame over {exc.consumed} bytes"
                     break
                 except (ConnectionError, OSError):
                     break
-                self._dispatch(line)
+                try:
+                    self._dispatch(line)
+                except FrameError as exc:  # its id is unknown: no call could ever end
+                    self._broken = f"the daemon sent a frame this client cannot read ({exc})"
+                    break
         finally:
             self._closed = True
             for future in self._pending.values():
@@ -266,11 +295,7 @@ class DaemonClient:
             self._writer.close()
 
     def _dispatch(self, line: bytes) -> None:
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            log.warning("ignoring a malformed frame from the daemon: %.200r", line)
-            return
+        msg = decode(line, MAX_DEPTH)
         if not isinstance(msg, dict):
             return
         if "result" in msg or "error" in msg:

@@ -4,7 +4,6 @@ is replaced; SIGTERM, SIGINT and ``daemon.stop`` end every open session before e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NaviError
-from navi_desktop.paths import Paths, ensure_private_dir
+from navi_desktop.paths import Paths, ensure_own_dir
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.client import DaemonClient
@@ -40,9 +39,15 @@ def lock_path(paths: Paths) -> Path:
     return paths.runtime / "daemon.lock"
 
 
+def log_path(paths: Paths) -> Path:
+    return paths.state / "daemon.log"
+
+
 def _take_lock(paths: Paths) -> int:
-    ensure_private_dir(paths.runtime)
-    fd = os.open(lock_path(paths), os.O_RDWR | os.O_CREAT, 0o600)
+    from navi_desktop.daemon.files import open_private_file
+
+    ensure_own_dir(paths.runtime, "run folder")
+    fd = open_private_file(lock_path(paths), os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -63,6 +68,8 @@ async def serve(
     ``daemon.stop`` is called."""
     from navi_desktop.config import load_settings
     from navi_desktop.config_watch import SettingsWatcher
+    from navi_desktop.daemon import method_params as mp
+    from navi_desktop.daemon.params import require_models, takes
     from navi_desktop.daemon.rpc import RpcServer
     from navi_desktop.daemon.service import Service
 
@@ -71,19 +78,20 @@ async def serve(
     settings, errors = load_settings(config_file)
     for error in errors:
         log.warning("config: %s", error)
-    sock = socket_path(paths)
-    with contextlib.suppress(FileNotFoundError):
-        sock.unlink()  # the lock is ours, so any socket here was left by a crash
+    sock = socket_path(paths)  # a stale one of ours is replaced when the server starts
     stop = stop or asyncio.Event()
     server = RpcServer(sock, {})
     service = Service(paths, settings, server.broadcast)
     watcher_errors = list(errors)
+    service.config_errors = [str(e) for e in errors]  # in daemon.status: every client shows them
 
-    async def daemon_stop(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.NoParams)
+    async def daemon_stop(params: mp.NoParams, peer: Any) -> dict[str, Any]:
         stop.set()
         return {"stopping": True}
 
-    async def settings_get(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.NoParams)
+    async def settings_get(params: mp.NoParams, peer: Any) -> dict[str, Any]:
         from navi_desktop.llm.types import resolve_host
 
         return {
@@ -93,15 +101,13 @@ async def serve(
             "unset": {"ollama.host": resolve_host(None)},
         }
 
-    async def settings_set(params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.SettingsSet)
+    async def settings_set(params: mp.SettingsSet, peer: Any) -> dict[str, Any]:
         """Save changes ({dotted key: value}) to config.toml, keeping its comments; the
         watcher then applies and broadcasts them like an edit made in any editor."""
         from navi_desktop.config import save_settings
 
-        changes = params.get("changes")
-        if not isinstance(changes, dict) or not changes:
-            raise InvalidInput("'changes' must be an object of setting keys and values")
-        await asyncio.to_thread(save_settings, config_file, changes)
+        await asyncio.to_thread(save_settings, config_file, params.changes)
         await watcher.reload()
         return {"settings": service.settings.to_dict()}
 
@@ -109,6 +115,7 @@ async def serve(
         nonlocal watcher_errors
         service.apply_settings(new)
         watcher_errors = list(errs)
+        service.config_errors = [str(e) for e in errs]
         await server.broadcast(
             "settings",
             "settings.changed",
@@ -124,7 +131,7 @@ async def serve(
         "settings.get": settings_get,
         "settings.set": settings_set,
     }
-    for name, handler in handlers.items():
+    for name, handler in require_models(handlers).items():
         server.register(name, handler)
     watcher = SettingsWatcher(config_file, on_settings, settings=settings, errors=errors)
     await server.start()
@@ -143,9 +150,7 @@ async def serve(
         monitor.cancel()
         await watcher.stop()
         await service.shutdown()
-        await server.stop()
-        with contextlib.suppress(FileNotFoundError):
-            sock.unlink()
+        await server.stop()  # removes the socket if it is still the one it bound
         os.close(lock)
 
 
@@ -187,7 +192,7 @@ async def _maintain(service: Any) -> None:
 
 def run_foreground(paths: Paths) -> int:
     """The daemon process itself (``navi daemon run``): SIGTERM and SIGINT stop it cleanly."""
-    ensure_private_dir(paths.state)
+    ensure_own_dir(paths.state, "state folder")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
 
     async def main() -> None:
@@ -224,32 +229,54 @@ async def connect(
 
 
 def start_background(paths: Paths, timeout: float = 15.0) -> int:
-    """Start the daemon detached and return its pid once it answers."""
+    """Start the daemon detached and return its pid once it answers. Its folders and log are
+    checked here first, so a refusal reaches the user as one line, not only the log."""
     from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+    from navi_desktop.daemon.files import open_private_file
 
-    ensure_private_dir(paths.state)
-    log_file = open(paths.state / "daemon.log", "ab")  # noqa: SIM115 (handed to the child)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "navi_desktop", "daemon", "run"],
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=log_file,
-        start_new_session=True,
-        env=os.environ.copy(),
-    )
-    log_file.close()
+    ensure_own_dir(paths.state, "state folder")
+    ensure_own_dir(paths.runtime, "run folder")
+    log_file = log_path(paths)
+    fd = open_private_file(log_file, os.O_WRONLY | os.O_APPEND)
+    try:
+        start = os.fstat(fd).st_size
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "navi_desktop", "daemon", "run"],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,
+            env=os.environ.copy(),
+        )
+    finally:
+        os.close(fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            why = _last_error(log_file, start)
             raise NaviError(
-                f"the daemon exited at start (code {proc.returncode}); see"
-                f" {paths.state / 'daemon.log'}"
+                f"the daemon could not start: {why}"
+                if why
+                else f"the daemon exited at start (code {proc.returncode}); see {log_file}"
             )
         try:
             call_sync(socket_path(paths), "rpc.ping", {}, timeout=1.0)
             return proc.pid
         except DaemonUnavailable:
             time.sleep(0.05)
-    raise NaviError(
-        f"the daemon did not answer within {timeout:.0f} s; see {paths.state / 'daemon.log'}"
-    )
+    raise NaviError(f"the daemon did not answer within {timeout:.0f} s; see {log_file}")
+
+
+def _last_error(log_file: Path, start: int) -> str | None:
+    """The one-line error a daemon that failed at start wrote to its log (after ``start``)."""
+    from navi_desktop.daemon.files import open_private_file
+
+    try:
+        fd = open_private_file(log_file, os.O_RDONLY)
+    except NaviError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        f.seek(start)
+        tail = f.read(64 * 1024).decode("utf-8", "replace")
+    errors = [line[len("navi: ") :] for line in tail.splitlines() if line.startswith("navi: ")]
+    return errors[-1] if errors else None

@@ -4,22 +4,18 @@ so a command has one code path whether it opens the file itself or asks the daem
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.exchange import ImportReport
 from navi_desktop.memory.facts import WriteResult
-from navi_desktop.memory.forget import ForgetReport
+from navi_desktop.memory.forget import ForgetPreview, ForgetReport
 from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import HistoryEntry, Memory, Message, SearchHit, Signal
 
-if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
-
-# method -> (store call, JSON form of its result, does it change memory?)
-Call = Callable[..., Awaitable[Any]]
+# method -> (store method, JSON form of its result, does it change memory?). Each one's
+# parameters are declared in memory_params.py (daemon side): one without is refused.
 
 
 def _memories(items: list[Memory]) -> list[dict[str, Any]]:
@@ -47,6 +43,9 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.archive": ("archive", lambda m: m.to_dict(), True),
     "memory.accept": ("accept", lambda m: m.to_dict(), True),
     "memory.forget": ("forget", asdict, True),
+    # where else a memory's value occurs, per scope, before it is forgotten (changes nothing);
+    # its parameters: memory_params.MODELS["memory.forget_preview"] (one memory id)
+    "memory.forget_preview": ("forget_preview", asdict, False),
     "memory.export": ("export_data", lambda d: d, False),
     "memory.export_markdown": ("export_markdown", lambda t: t, False),
     "memory.import": ("import_data", asdict, True),
@@ -54,16 +53,6 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     # what went into the prompt answering a user message (TurnResult.user_message_id)
     "memory.used": ("injections_for", lambda items: [i.to_dict() for i in items], False),
 }
-
-
-async def call(store: MemoryStore, method: str, params: dict[str, Any]) -> tuple[Any, bool]:
-    """Run one ``memory.*`` request; returns (JSON result, whether memory changed)."""
-    name, encode, writes = METHODS[method]
-    args = params.get("args", [])
-    kwargs = params.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise InvalidInput("'args' must be a list and 'kwargs' an object")
-    return encode(await getattr(store, name)(*args, **kwargs)), writes
 
 
 class RemoteMemory:
@@ -107,8 +96,11 @@ class RemoteMemory:
     async def pin(self, memory_id: int, pinned: bool = True) -> Memory:
         return _memory(await self._call("memory.pin", memory_id, pinned))
 
-    async def forget(self, memory_id: int) -> ForgetReport:
-        return ForgetReport(**await self._call("memory.forget", memory_id))
+    async def forget(self, memory_id: int, *, scope: str = "everywhere") -> ForgetReport:
+        return ForgetReport(**await self._call("memory.forget", memory_id, scope=scope))
+
+    async def forget_preview(self, memory_id: int) -> ForgetPreview:
+        return ForgetPreview(**await self._call("memory.forget_preview", memory_id))
 
     async def export_data(self, **options: Any) -> dict[str, Any]:
         return await self._call("memory.export", **options)

@@ -13,7 +13,8 @@ from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import InvalidInput
+from navi_desktop.daemon.method_params import OllamaHost, OllamaPull
+from navi_desktop.daemon.params import takes
 from navi_desktop.llm.errors import OllamaError
 
 if TYPE_CHECKING:
@@ -33,23 +34,21 @@ def handlers(service: Service) -> dict[str, Handler]:
 
 
 @asynccontextmanager
-async def _backend(service: Service, params: dict[str, Any]) -> AsyncIterator[OllamaBackend]:
+async def _backend(service: Service, host: str | None) -> AsyncIterator[OllamaBackend]:
     """The configured backend, or a temporary one for ``host`` (closed afterwards)."""
-    host = params.get("host")
     if host is None:
         yield service.backend()
         return
-    if not isinstance(host, str) or not host.strip():
-        raise InvalidInput("'host' must be a non-empty string")
     from navi_desktop.llm.backend import OllamaBackend
 
     async with OllamaBackend(host, timeout=service.settings.ollama.timeout_s) as backend:
         yield backend
 
 
-async def models(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+@takes(OllamaHost)
+async def models(service: Service, params: OllamaHost, peer: Any) -> dict[str, Any]:
     """The installed models, each with its capabilities (None where the server gave none)."""
-    async with _backend(service, params) as backend:
+    async with _backend(service, params.host) as backend:
         listing = await backend.models()
         # Capabilities say which models can chat, call tools or embed (the pickers need it).
         caps = await asyncio.gather(
@@ -64,9 +63,10 @@ async def models(service: Service, params: dict[str, Any], peer: Any) -> dict[st
         }
 
 
-async def test_connection(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+@takes(OllamaHost)
+async def test_connection(service: Service, params: OllamaHost, peer: Any) -> dict[str, Any]:
     """A connection test that never fails for an unreachable host: ``error`` says why."""
-    async with _backend(service, params) as backend:
+    async with _backend(service, params.host) as backend:
         return health_result(await backend.health())
 
 
@@ -80,12 +80,11 @@ def health_result(health: Health) -> dict[str, Any]:
     }
 
 
-async def pull(service: Service, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+@takes(OllamaPull)
+async def pull(service: Service, params: OllamaPull, peer: Any) -> dict[str, Any]:
     """Download a model on the configured server, sending each progress line to the caller
     as ``ollama.pull.progress``."""
-    model = params.get("model")
-    if not isinstance(model, str) or not model.strip():
-        raise InvalidInput("'model' must be a non-empty string")
+    model = params.model
     status = ""
     async with aclosing(service.backend().pull(model)) as steps:
         async for step in steps:

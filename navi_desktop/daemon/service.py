@@ -8,17 +8,24 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon import memory_api, ollama_api
+from navi_desktop.daemon import memory_api, memory_params, ollama_api, profiles
+from navi_desktop.daemon import method_params as mp
+from navi_desktop.daemon.background import IdleGate, SessionEnds
 from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
-from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.daemon.params import require_models, takes
+from navi_desktop.daemon.profiles import ProfileErrors
+from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.memory.clock import iso
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths, check_profile_name
 from navi_desktop.pipeline.context import ContextSettings
-from navi_desktop.pipeline.incognito import IncognitoSession
+from navi_desktop.pipeline.forgetting import after_forget, finish_scrubs, scrub_logs
+from navi_desktop.pipeline.incognito import IncognitoSession, memory_to_read
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 
 if TYPE_CHECKING:
@@ -29,15 +36,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[object]]  # RpcServer.broadcast
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
-
-
-def _text(params: dict[str, Any], name: str, *, required: bool = True) -> str | None:
-    value = params.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInput(f"{name!r} must be a non-empty string")
-    return value
 
 
 class Service:
@@ -55,12 +53,16 @@ class Service:
         self._incognito: dict[str, IncognitoSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._health: tuple[float, Health] | None = None  # (when, the last check's result)
+        self.gate = IdleGate()  # session ends give way to chat turns
+        self.ends = SessionEnds(self.gate)
+        self.profile_errors = ProfileErrors()  # profiles whose file could not be opened
+        self.config_errors: list[str] = []  # config.toml's problems (set by the daemon)
 
     # -- resources -----------------------------------------------------------------------------
 
-    def profile(self, params: dict[str, Any]) -> str:
-        name = params.get("profile") or self.settings.memory.effective_profile()
-        return check_profile_name(str(name))
+    def profile(self, name: str | None) -> str:
+        """The profile a request names, or the configured one."""
+        return check_profile_name(name or self.settings.memory.effective_profile())
 
     @property
     def profiles(self) -> list[str]:
@@ -71,16 +73,24 @@ class Service:
         """The profile's store, opened once: concurrent first uses share one open (a second
         connection would be left behind, and its thread keeps the process from exiting)."""
         if profile not in self._stores:
+            path = self.paths.profile_db(profile)
+            self.profile_errors.check(profile, path)  # a damaged file is not opened again
             if profile not in self._opening:
                 self._opening[profile] = asyncio.ensure_future(
-                    MemoryStore.open(self.paths.profile_db(profile), embedder=self._embedder())
+                    MemoryStore.open(path, embedder=self._embedder())
                 )
             opening = self._opening[profile]
             try:
                 store = await asyncio.shield(opening)
+            except NaviError as exc:  # that profile's error; the others go on
+                self.profile_errors.record(profile, path, exc)
+                raise
             finally:
                 if opening.done():
                     self._opening.pop(profile, None)
+            self.profile_errors.clear(profile)
+            # The rolling daily backup, after writes (backup.py); read live from the settings.
+            store.db.backups = lambda: self.settings.memory.backups
             self._stores.setdefault(profile, store)
         return self._stores[profile]
 
@@ -104,7 +114,8 @@ class Service:
         """Take new settings. A new Ollama host or timeout gets a new client at once; turns
         and session ends under way finish on the old one, which is closed after them."""
         old, self.settings = self.settings, new
-        moved = (old.ollama.host, old.ollama.timeout_s) != (new.ollama.host, new.ollama.timeout_s)
+        client = ("host", "timeout_s", "background_timeout_s")
+        moved = any(getattr(old.ollama, k) != getattr(new.ollama, k) for k in client)
         if moved and self._backend is not None:
             retired, self._backend, self._health = self._backend, None, None
             self._spawn(self._retire(retired))
@@ -120,7 +131,9 @@ class Service:
             from navi_desktop.llm.backend import OllamaBackend
 
             self._backend = OllamaBackend(
-                self.settings.ollama.host, timeout=self.settings.ollama.timeout_s
+                self.settings.ollama.host,
+                timeout=self.settings.ollama.timeout_s,
+                background_timeout=self.settings.ollama.background_timeout_s,
             )
         return self._backend
 
@@ -152,7 +165,9 @@ class Service:
 
     async def _end(self, profile: str, session_id: str, trigger: str) -> EndReport:
         store = await self.store(profile)
-        report = await end_session(store, self.backend(), session_id, self.end_settings)
+        track = self.ends.track(profile, session_id, trigger, self.backend(), self.end_settings)
+        with track as (model, settings):  # gives way to chat turns; progress for the status
+            report = await end_session(store, model, session_id, settings)
         log.info("session %s ended (%s): %s", session_id, trigger, report.status)
         if report.status == "processed":
             await self._embed_quietly(store)
@@ -196,19 +211,37 @@ class Service:
         root = self.paths.data / "profiles"
         for folder in sorted(root.glob("*/memory.db")) if root.exists() else []:
             profile = folder.parent.name
-            store = await self.store(profile)
+            try:
+                store = await self.store(profile)
+            except NaviError:  # logged and kept as that profile's error state
+                continue
             for session in await store.sessions_to_process(include_open=True):
                 self._spawn(self.end(profile, session.id, "recovery"))
 
     async def retry_due(self) -> int:
         """Run the session end again for pending sessions whose retry time has come."""
         started = 0
+        idle = iso(datetime.now(UTC) - timedelta(seconds=self.idle_seconds()))
         for profile, store in list(self._stores.items()):
-            for session in await store.sessions_to_process():
-                if session.state == "pending" and (profile, session.id) not in self._ending:
+            # Pending ones, and ones past their inactivity without a timer: their end failed
+            # before even "pending" could be saved (a full disk).
+            for session in await store.sessions_to_process(idle_before=idle):
+                key = (profile, session.id)
+                if key not in self._ending and key not in self._timers:
                     self._spawn(self.end(profile, session.id, "retry"))
                     started += 1
+        for profile, store in list(self._stores.items()):
+            # A forget whose scrub waited for another reader of the file: done once it closed.
+            if done := await finish_scrubs(store):
+                ids = [i for scrub in done for i in scrub["ids"]]
+                await self.broadcast("memory", "memory.scrubbed", {"profile": profile, "ids": ids})
         return started
+
+    async def _after_forget(self, store: MemoryStore) -> None:
+        try:
+            await after_forget(store, self.backend(), self.end_settings)
+        except Exception:  # a rewrite is cosmetic: the forgotten text is already gone
+            log.exception("rewriting after a forget failed")
 
     async def shutdown(self, budget_s: float = 20.0) -> None:
         """End every open session within ``budget_s``, then close the files."""
@@ -255,7 +288,9 @@ class Service:
             "sessions.keep": self.sessions_keep,
         }
         methods |= ollama_api.handlers(self)
-        return methods | {name: self._memory_handler(name) for name in memory_api.METHODS}
+        methods |= profiles.handlers(self)
+        methods |= {name: self._memory_handler(name) for name in memory_api.METHODS}
+        return require_models(methods)  # a method that declares no parameters is refused
 
     async def _embed_quietly(self, store: MemoryStore) -> None:
         try:
@@ -264,13 +299,20 @@ class Service:
             log.info("embedding later: %s", exc)
 
     def _memory_handler(self, method: str) -> Handler:
+        model = memory_params.model_for(method)  # none: refused here, at registration
+
         async def handle(params: dict[str, Any], peer: Any) -> Any:
-            profile = self.profile(params)
+            name, kwargs = memory_params.arguments(method, params)
+            profile = self.profile(name)
             store = await self.store(profile)
-            try:
-                result, writes = await memory_api.call(store, method, params)
-            except TypeError as exc:  # wrong argument names or count
-                raise InvalidInput(f"{method}: {exc}") from None
+            forgetting = method == "memory.forget"
+            if forgetting:  # what it matches, to scrub the logs the same way
+                scope = kwargs.get("scope", "everywhere")
+                needles = await store.forget_needles(kwargs["memory_id"], scope)
+            result, writes = await memory_params.call(store, method, kwargs)
+            if forgetting:
+                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
+                self._spawn(self._after_forget(store))  # redacted summaries read well again
             if writes:
                 self._spawn(self._embed_quietly(store))
                 await self.broadcast(
@@ -278,6 +320,7 @@ class Service:
                 )
             return result
 
+        handle.params_model = model  # type: ignore[attr-defined]
         return handle
 
     async def ollama_health(self, max_age_s: float = 0.0) -> Health:
@@ -289,12 +332,16 @@ class Service:
         self._health = (time.monotonic(), health)
         return health
 
-    async def status(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.NoParams)
+    async def status(self, params: mp.NoParams, peer: Any) -> dict[str, Any]:
         # The status line asks after every turn: the monitor's last check answers it.
         health = await self.ollama_health(max_age_s=OLLAMA_CHECK_S)
         pending, reason = 0, None
         for store in self._stores.values():
-            n, r = await store.pending_status()
+            try:
+                n, r = await store.pending_status()
+            except NaviError:  # that profile's trouble: its own calls say what it is
+                continue
             pending += n
             reason = reason or r
         return {
@@ -305,8 +352,11 @@ class Service:
             "embedding_model": self.settings.ollama.embedding_model,
             "open_sessions": len(self._timers) + len(self._incognito),
             "pending_extractions": pending,
+            "extracting": self.ends.status(),
             "last_failure": reason,
             "profiles": self.profiles,
+            "profile_errors": self.profile_errors.to_dict(),
+            "config_errors": self.config_errors,
         }
 
     def _new_incognito(self) -> IncognitoSession:
@@ -321,17 +371,20 @@ class Service:
             "model": self.settings.ollama.chat_model,
             "emit": peer.notify,
             "context": ContextSettings(budget_tokens=self.settings.memory.budget_tokens),
+            "reply_tokens": self.settings.ollama.reply_max_tokens,
         }
 
-    async def chat_send(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        text = str(_text(params, "text"))
-        profile = self.profile(params)
-        session_id = params.get("session_id")
-        if params.get("incognito") or session_id in self._incognito:
+    @takes(mp.ChatSend)
+    async def chat_send(self, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
+        text = params.text
+        profile = self.profile(params.profile)
+        session_id = params.session_id
+        if params.incognito or session_id in self._incognito:
             session = self._incognito.get(session_id) if session_id else None
             if session is None:
                 session = self._new_incognito()
-            store = await self.store(profile) if session.read_memory else None
+            path = self.paths.profile_db(profile)
+            store = await memory_to_read(session, path, partial(self.store, profile))
             turn = run_incognito_turn(
                 session=session, store=store, text=text, **self._turn_args(peer)
             )
@@ -348,11 +401,14 @@ class Service:
         turn = partial(run_turn, text=text)
         return await self._stored_turn(profile, store, session_id, peer, turn)
 
-    async def chat_regenerate(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.ChatSession)
+    async def chat_regenerate(self, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
         """Answer the session's last user message again, replacing the last reply."""
-        session_id = str(_text(params, "session_id"))
+        session_id = params.session_id
         if (session := self._incognito.get(session_id)) is not None:
-            store = await self.store(self.profile(params)) if session.read_memory else None
+            profile = self.profile(params.profile)
+            path = self.paths.profile_db(profile)
+            store = await memory_to_read(session, path, partial(self.store, profile))
             args = self._turn_args(peer)
 
             async def incognito_turn() -> TurnResult:
@@ -367,7 +423,7 @@ class Service:
 
             return await self._incognito_turn(session_id, incognito_turn())
 
-        profile = self.profile(params)
+        profile = self.profile(params.profile)
         store = await self.store(profile)
         await store.get_session(session_id)
 
@@ -424,74 +480,75 @@ class Service:
         task = asyncio.ensure_future(turn)
         self._turns[session_id] = task
         try:
-            return await task
+            with self.gate.turn():  # a session end's model request stands aside meanwhile
+                return await task
         finally:
             self._turns.pop(session_id, None)
 
-    async def chat_cancel(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        session_id = _text(params, "session_id")
-        task = self._turns.get(str(session_id))
+    @takes(mp.ChatSession)
+    async def chat_cancel(self, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
+        task = self._turns.get(params.session_id)
         if task is None:
             return {"cancelled": False}
         task.cancel()
         return {"cancelled": True}
 
-    async def sessions_create(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        if params.get("incognito"):
+    @takes(mp.SessionsCreate)
+    async def sessions_create(self, params: mp.SessionsCreate, peer: Any) -> dict[str, Any]:
+        if params.incognito:
             return {"id": self._new_incognito().id, "incognito": True}
-        store = await self.store(self.profile(params))
-        title = params.get("title")
-        created = await store.create_session(str(title) if title else None)
+        store = await self.store(self.profile(params.profile))
+        created = await store.create_session((params.title or "").strip() or None)
         return created.to_dict() | {"incognito": False}
 
-    async def sessions_list(self, params: dict[str, Any], peer: Any) -> list[dict[str, Any]]:
-        store = await self.store(self.profile(params))
-        limit = params.get("limit", 100)
-        if not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise InvalidInput("'limit' must be an integer between 1 and 1000")
-        return [s.to_dict() for s in await store.list_sessions(limit=limit)]
+    @takes(mp.SessionsList)
+    async def sessions_list(self, params: mp.SessionsList, peer: Any) -> list[dict[str, Any]]:
+        store = await self.store(self.profile(params.profile))
+        return [s.to_dict() for s in await store.list_sessions(limit=params.limit)]
 
-    async def sessions_show(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params))
-        session_id = str(_text(params, "id"))
+    @takes(mp.SessionById)
+    async def sessions_show(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params.profile))
+        session_id = params.id
         session = await store.get_session(session_id)
         return session.to_dict() | {
             "messages": [m.to_dict() for m in await store.messages(session_id)]
         }
 
-    async def sessions_rename(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params))
-        renamed = await store.rename_session(str(_text(params, "id")), str(_text(params, "title")))
+    @takes(mp.SessionsRename)
+    async def sessions_rename(self, params: mp.SessionsRename, peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params.profile))
+        renamed = await store.rename_session(params.id, params.title)
         return renamed.to_dict()
 
-    async def sessions_delete(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        session_id = str(_text(params, "id"))
+    @takes(mp.SessionById)
+    async def sessions_delete(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
+        session_id = params.id
         if self._incognito.pop(session_id, None) is not None:
             return {"deleted": session_id, "messages": 0}
-        profile = self.profile(params)
+        profile = self.profile(params.profile)
         if (timer := self._timers.pop((profile, session_id), None)) is not None:
             timer.cancel()
         count = await (await self.store(profile)).delete_session(session_id)
         return {"deleted": session_id, "messages": count}
 
-    async def sessions_export(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params))
-        return {"markdown": await store.export_session(str(_text(params, "id")))}
+    @takes(mp.SessionById)
+    async def sessions_export(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
+        store = await self.store(self.profile(params.profile))
+        return {"markdown": await store.export_session(params.id)}
 
-    async def sessions_keep(self, params: dict[str, Any], peer: Any) -> dict[str, Any]:
+    @takes(mp.SessionsKeep)
+    async def sessions_keep(self, params: mp.SessionsKeep, peer: Any) -> dict[str, Any]:
         """Turn an incognito session into a stored one: from now on it is a normal session
         (saved, ended after inactivity, learned from)."""
-        session_id = str(_text(params, "id"))
+        session_id = params.id
         incognito = self._incognito.get(session_id)
         if incognito is None:
             raise NotFound(f"no incognito session with id {session_id!r}")
         if session_id in self._turns:
             raise InvalidInput(f"session {session_id} is answering; wait or cancel it first")
-        title = params.get("title")
-        if title is not None and not isinstance(title, str):
-            raise InvalidInput("'title' must be a string")
-        title = (title or "").strip() or "Kept from incognito"
-        profile = self.profile(params)
+        title = (params.title or "").strip() or "Kept from incognito"
+        profile = self.profile(params.profile)
         # Out of the map before the first await: a message sent meanwhile cannot land in it.
         self._incognito.pop(session_id)
         try:
@@ -513,16 +570,17 @@ class Service:
         kept = await store.get_session(created.id)
         return kept.to_dict() | {"incognito": False, "messages": saved}
 
-    async def sessions_end(self, params: dict[str, Any], peer: Any) -> list[dict[str, Any]]:
+    @takes(mp.SessionsEnd)
+    async def sessions_end(self, params: mp.SessionsEnd, peer: Any) -> list[dict[str, Any]]:
         """End one session (``id``) or every unprocessed one (``all``) now."""
-        profile = self.profile(params)
+        profile = self.profile(params.profile)
         store = await self.store(profile)
-        if params.get("all"):
+        if params.all or params.id is None:
             for sid in list(self._incognito):
                 self._incognito.pop(sid).discard()
             ids = [s.id for s in await store.sessions_to_process(include_open=True)]
         else:
-            session_id = str(_text(params, "id"))
+            session_id = params.id
             if session_id in self._incognito:
                 self._incognito.pop(session_id).discard()
                 return [{"session_id": session_id, "status": "discarded"}]
@@ -539,6 +597,10 @@ def _report(r: EndReport) -> dict[str, Any]:
         "reason": r.reason,
         "learned": r.learned,
         "dropped": r.dropped,
+        "offered": r.offered,
+        "notes": r.notes,
+        "chunks": r.chunks,
+        "llm_calls": r.llm_calls,
         "summary_id": r.summary_id,
         "profile_updated": r.profile_updated,
     }

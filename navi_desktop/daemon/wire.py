@@ -4,6 +4,7 @@ and the error codes. Standard library only: the CLI imports the client at start.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -15,6 +16,10 @@ APP_ERROR = -32000
 NOT_FOUND = -32001
 ACCESS_DENIED = -32003
 REQUEST_CANCELLED = -32800
+
+# Deeper frames are refused before parsing: no method needs more, and deep nesting costs a
+# recursive parse (Python raises RecursionError near 1000 levels).
+MAX_DEPTH = 64
 
 
 def envelope(method: str, params: Any = None, rid: int | str | None = None) -> dict[str, Any]:
@@ -33,3 +38,75 @@ def encode(msg: dict[str, Any]) -> bytes:
     (``ValueError``): they are not JSON."""
     text = json.dumps(msg, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return text.encode("utf-8") + b"\n"
+
+
+class FrameError(ValueError):
+    """A frame that is not one JSON value we accept; ``code`` is the JSON-RPC error code."""
+
+    def __init__(self, message: str, code: int = PARSE_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# Brackets kept, as "[" and "]" (the depth does not depend on the kind); the rest deleted.
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def too_deep(data: bytes, limit: int = MAX_DEPTH) -> bool:
+    """Whether ``data`` nests arrays and objects more than ``limit`` deep (brackets inside
+    strings do not count). Cheap: a frame with few brackets is not scanned at all, and each
+    pass over the brackets alone peels off one level."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    # Drop escapes (a backslash always starts a two-byte one), then what is inside quotes.
+    outside = b"".join(data.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')[::2])
+    brackets = outside.translate(_BRACKETS, _NOT_BRACKET)
+    too_many = b"[" * (limit + 1)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        if too_many in brackets:
+            return True
+        inner = brackets.replace(b"[]", b"")  # the innermost level: one per pass
+        if len(inner) == len(brackets):  # unbalanced: the parser will say where
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise FrameError(f"parse error: the number {text[:40]} is out of range")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise FrameError(f"parse error: {name} is not JSON")
+
+
+def decode(data: bytes, max_depth: int = MAX_DEPTH) -> Any:
+    """One frame's JSON value. Raises :class:`FrameError` naming what is wrong: not UTF-8,
+    invalid JSON, nested deeper than ``max_depth``, a number too long or out of range."""
+    if too_deep(data, max_depth):
+        raise FrameError(f"parse error: nested deeper than {max_depth} levels")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise FrameError(f"parse error: not UTF-8 (byte {exc.start})") from None
+    try:
+        return json.loads(text, parse_float=_finite, parse_constant=_constant)
+    except json.JSONDecodeError as exc:
+        raise FrameError(
+            f"parse error: invalid JSON: {exc.msg} at line {exc.lineno} "
+            f"column {exc.colno} (char {exc.pos})"
+        ) from None
+    except RecursionError:
+        raise FrameError("parse error: nested too deeply") from None
+    except FrameError:
+        raise
+    except ValueError as exc:  # an integer over Python's digit limit (4300)
+        if "digits" in str(exc):
+            raise FrameError("parse error: a number has too many digits") from None
+        raise FrameError(f"parse error: {exc}") from None

@@ -2,6 +2,9 @@
 
 Every call has a limit: the HTTP client gets connect and read timeouts, non-streamed calls
 run under an overall deadline, and streams under a first-token deadline and a per-chunk one.
+Structured requests are background work with their own (longer) deadline, and every one is
+bounded: explicit sampling options, ``num_predict`` sized to the schema, ``num_ctx`` to the
+prompt plus that output within the model's context length (see :mod:`.budget`).
 Every failure leaves as a :class:`~navi_desktop.llm.errors.LLMError` whose message says
 what to do; nothing from ``ollama`` or ``httpx`` leaks to callers.
 """
@@ -10,29 +13,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
-from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 import ollama
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.llm.budget import chat_request, structured_options
 from navi_desktop.llm.errors import (
     InvalidModelOutput,
     LLMError,
-    ModelMissing,
     OllamaError,
-    OllamaTimeout,
-    OllamaUnreachable,
     ToolLoopLimit,
-    ToolsUnsupported,
     one_line,
 )
-from navi_desktop.llm.schema import schema_error
+from navi_desktop.llm.jsontext import Found, find_json
+from navi_desktop.llm.schema import clamp, schema_error
+from navi_desktop.llm.translate import Translate
 from navi_desktop.llm.types import (
     ChatEvent,
     ContentDelta,
@@ -57,11 +57,15 @@ CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 class OllamaBackend:
     """Chat, structured output, embeddings and model management against one Ollama server.
 
-    ``timeout``: the longest a non-streamed call (JSON completion, one embedding batch) may take,
-    and by default the longest wait for a stream's first token (which includes loading the
-    model). ``chunk_timeout``: the longest pause between two streamed chunks.
+    ``timeout``: the longest a non-streamed call (one embedding batch) may take, and by
+    default the longest wait for a stream's first token (which includes loading the model).
+    ``chunk_timeout``: the longest pause between two streamed chunks.
+    ``background_timeout``: the longest a structured request (extraction, summaries, profile)
+    may take; nobody waits on those, and on a CPU they can take minutes (default: ``timeout``).
     ``probe_timeout``: version, model list and model info, which should answer at once.
     """
+
+    response_error = ollama.ResponseError  # for llm.translate
 
     def __init__(
         self,
@@ -72,11 +76,13 @@ class OllamaBackend:
         first_token_timeout: float | None = None,
         chunk_timeout: float = 60.0,
         probe_timeout: float = 10.0,
+        background_timeout: float | None = None,
         embed_batch_size: int = 64,
         keep_alive: float | str | None = None,
     ) -> None:
         self.host = resolve_host(host)
         self.timeout = timeout
+        self.background_timeout = timeout if background_timeout is None else background_timeout
         self.connect_timeout = connect_timeout
         self.first_token_timeout = timeout if first_token_timeout is None else first_token_timeout
         self.chunk_timeout = chunk_timeout
@@ -85,7 +91,10 @@ class OllamaBackend:
         self.keep_alive = keep_alive
         self.embedding_dims: dict[str, int] = {}
         self._capabilities: dict[str, frozenset[str]] = {}
-        read = max(timeout, self.first_token_timeout, chunk_timeout, probe_timeout)
+        self._context_lengths: dict[str, int | None] = {}
+        read = max(
+            timeout, self.first_token_timeout, chunk_timeout, probe_timeout, self.background_timeout
+        )
         http_timeout = httpx.Timeout(read, connect=connect_timeout)
         self._client = ollama.AsyncClient(host=self.host, timeout=http_timeout)
         # The client's own httpx client (same pool and timeouts) serves /api/version, which
@@ -159,7 +168,19 @@ class OllamaBackend:
         )
         caps = frozenset(shown.capabilities or ())
         self._capabilities[model] = caps
+        self._context_lengths[model] = _context_length(shown.modelinfo)
         return caps
+
+    async def context_length(self, model: str) -> int | None:
+        """The model's own context length in tokens (``<arch>.context_length`` from /api/show),
+        or None when the server does not say or cannot be asked now (the request that needs
+        it then reports what is wrong)."""
+        if model not in self._context_lengths:
+            try:
+                await self.capabilities(model)
+            except LLMError:
+                return None
+        return self._context_lengths.get(model)
 
     async def supports_tools(self, model: str) -> bool:
         return "tools" in await self.capabilities(model)
@@ -168,8 +189,10 @@ class OllamaBackend:
         """Drop cached capabilities (all, or one model's), e.g. after a model was re-pulled."""
         if model is None:
             self._capabilities.clear()
+            self._context_lengths.clear()
         else:
             self._capabilities.pop(model, None)
+            self._context_lengths.pop(model, None)
 
     async def pull(self, model: str) -> AsyncIterator[PullProgress]:
         """Download a model, yielding progress lines until "success"."""
@@ -300,6 +323,18 @@ class OllamaBackend:
                 history.append({"role": "tool", "tool_name": call.name, "content": result.content})
         raise ToolLoopLimit(model, max_rounds)
 
+    async def chat_request(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        reply_tokens: int | None,
+        options: Mapping[str, Any] | None = None,
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """A chat prompt fitted to the model's context, and its options: the reply cap as
+        ``num_predict`` and a ``num_ctx`` that holds the prompt, so the server does not cut
+        it from the front."""
+        return chat_request(messages, reply_tokens, await self.context_length(model), options)
+
     async def complete_json(
         self,
         model: str,
@@ -307,36 +342,62 @@ class OllamaBackend:
         schema: dict[str, Any],
         options: Mapping[str, Any] | None = None,
     ) -> Any:
-        """One non-streamed reply constrained to ``schema`` (Ollama's ``format``), parsed.
+        """One non-streamed reply constrained to ``schema`` (Ollama's ``format``), parsed;
+        numbers clamped to the schema's bounds; text around the JSON ignored.
 
-        Raises :class:`InvalidModelOutput` when the text is not JSON or does not match.
+        Raises :class:`InvalidModelOutput` when the text holds no JSON or it does not match.
         """
+        text, done_reason = await self._structured(model, messages, schema, options)
+        found = find_json(text)
+        if found is None:
+            raise InvalidModelOutput(model, _no_json(text, done_reason), text)
+        value = clamp(found.value, schema)
+        if problem := schema_error(value, schema):
+            raise InvalidModelOutput(model, f"JSON that does not match the schema: {problem}", text)
+        return value
+
+    async def complete_json_loose(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        options: Mapping[str, Any] | None = None,
+    ) -> Found:
+        """Like :meth:`complete_json`, for callers that check each item themselves: the JSON
+        is not checked against the schema (only its numbers clamped), and an answer cut off at
+        the output limit keeps its complete items (``cut``). Raises :class:`InvalidModelOutput`
+        only when no JSON at all can be read."""
+        text, done_reason = await self._structured(model, messages, schema, options)
+        found = find_json(text, salvage=True)
+        if found is None:
+            raise InvalidModelOutput(model, _no_json(text, done_reason), text)
+        cut = found.cut or done_reason == "length"
+        return Found(clamp(found.value, schema), prose=found.prose, cut=cut)
+
+    async def _structured(
+        self,
+        model: str,
+        messages: Sequence[ChatMessage],
+        schema: dict[str, Any],
+        options: Mapping[str, Any] | None,
+    ) -> tuple[str, str | None]:
+        """Send one bounded structured request; the raw text and the done reason."""
         _need_model(model)
+        bounded = structured_options(messages, schema, await self.context_length(model), options)
         response = await self._call(
             f"the JSON completion with '{model}'",
             model,
-            self.timeout,
+            self.background_timeout,
             lambda: self._client.chat(
                 model=model,
                 messages=list(messages),
                 format=schema,
-                options=options,
+                options=bounded,
                 keep_alive=self.keep_alive,
                 stream=False,
             ),
         )
-        text = response.message.content or ""
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            if response.done_reason == "length":
-                problem = "JSON cut off at the output-token limit"
-            else:
-                problem = f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
-            raise InvalidModelOutput(model, problem, text) from None
-        if problem := schema_error(value, schema):
-            raise InvalidModelOutput(model, f"JSON that does not match the schema: {problem}", text)
-        return value
+        return response.message.content or "", response.done_reason
 
     # ---- embeddings ---------------------------------------------------------------------------
 
@@ -388,7 +449,7 @@ class OllamaBackend:
         make: Callable[[], Awaitable[T]],
     ) -> T:
         """Run one non-streamed request under a deadline, translating errors."""
-        with _Translate(self, operation, model, seconds):
+        with Translate(self, operation, model, seconds):
             async with asyncio.timeout(seconds):
                 return await make()
 
@@ -403,14 +464,14 @@ class OllamaBackend:
         The request is sent at the first ``anext``; on close, cancel or error, the client's
         generator is closed, which closes the response and its connection.
         """
-        with _Translate(self, operation, model, self.first_token_timeout):
+        with Translate(self, operation, model, self.first_token_timeout):
             stream = await start()
         try:
             first = True
             while True:
                 seconds = self.first_token_timeout if first else self.chunk_timeout
                 phase = "waiting for the first token" if first else "waiting for the next chunk"
-                with _Translate(self, f"{operation} ({phase})", model, seconds):
+                with Translate(self, f"{operation} ({phase})", model, seconds):
                     try:
                         async with asyncio.timeout(seconds):
                             item = await anext(stream)
@@ -421,102 +482,34 @@ class OllamaBackend:
         finally:
             await stream.aclose()
 
-    def _translate(
-        self, exc: Exception, operation: str, model: str | None, seconds: float
-    ) -> LLMError | None:
-        host = self.host
-        if isinstance(exc, httpx.ConnectTimeout):
-            return OllamaUnreachable(host, f"no answer within {self.connect_timeout:g} s")
-        if isinstance(exc, TimeoutError | httpx.TimeoutException):
-            return OllamaTimeout(host, operation, seconds)
-        if isinstance(exc, ConnectionError | httpx.ConnectError):
-            return OllamaUnreachable(host, _connect_reason(exc))
-        if isinstance(exc, ollama.ResponseError):
-            return self._server_error(exc, operation, model)
-        if isinstance(exc, httpx.HTTPStatusError):
-            code = exc.response.status_code
-            return OllamaError(
-                f"{host} answered HTTP {code} to {operation} — is it an Ollama server?", code
-            )
-        if isinstance(exc, httpx.TransportError):
-            detail = one_line(str(exc) or type(exc).__name__, 120)
-            return OllamaError(
-                f"lost the connection to Ollama at {host} during {operation} ({detail})"
-                " — is it still running?"
-            )
-        if isinstance(exc, ValueError) and getattr(exc, "title", "Response").endswith("Response"):
-            # A reply that is not JSON or lacks required fields. (A pydantic error about any
-            # other model, e.g. Message, is the caller's own malformed input: a bug.)
-            detail = one_line(str(exc), 120)
-            return OllamaError(f"Ollama at {host} sent a malformed reply to {operation}: {detail}")
+
+def _no_json(text: str, done_reason: str | None) -> str:
+    if done_reason == "length":
+        return "JSON cut off at the output-token limit"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
+    return "text that is not valid JSON"
+
+
+def _context_length(info: Mapping[str, Any] | None) -> int | None:
+    """``<architecture>.context_length`` from /api/show's model_info."""
+    if not info:
         return None
-
-    def _server_error(
-        self, exc: ollama.ResponseError, operation: str, model: str | None
-    ) -> LLMError:
-        message = one_line(str(exc.error), 240)
-        lowered = message.lower()
-        status = exc.status_code
-        if model and "does not support tools" in lowered:
-            return ToolsUnsupported(model)
-        if model and status == 404 and "not found" in lowered and "model" in lowered:
-            return ModelMissing(model)
-        if status == -1:  # an {"error": ...} line in the middle of a stream
-            return OllamaError(f"Ollama failed during {operation}: {message}")
-        return OllamaError(f"Ollama refused {operation}: {message} (HTTP {status})", status)
-
-
-class _Translate:
-    """Turns client, HTTP and timeout exceptions into one-line :class:`LLMError` s."""
-
-    def __init__(
-        self, backend: OllamaBackend, operation: str, model: str | None, seconds: float
-    ) -> None:
-        self.backend = backend
-        self.operation = operation
-        self.model = model
-        self.seconds = seconds
-
-    def __enter__(self) -> _Translate:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool:
-        if not isinstance(exc, Exception) or isinstance(exc, LLMError):
-            return False  # includes CancelledError and GeneratorExit: those pass untouched
-        mapped = self.backend._translate(exc, self.operation, self.model, self.seconds)
-        if mapped is None:
-            return False
-        raise mapped from exc
+    arch = info.get("general.architecture")
+    value = info.get(f"{arch}.context_length") if arch else None
+    if value is None:
+        value = next((v for k, v in info.items() if k.endswith(".context_length")), None)
+    try:
+        return int(value) if value is not None and int(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _need_model(model: str) -> None:
     if not model or not model.strip():
         raise InvalidInput("no Ollama model chosen — pick one in settings")
-
-
-def _connect_reason(exc: BaseException) -> str:
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and len(chain) < 8:
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    if any(isinstance(e, ConnectionRefusedError) for e in chain):
-        return "connection refused"
-    if any(isinstance(e, socket.gaierror) for e in chain):
-        return "unknown host name"
-    blob = " ".join(str(e) for e in chain).lower()
-    if "refused" in blob:
-        return "connection refused"
-    if any(s in blob for s in ("name or service", "nodename nor servname", "getaddrinfo")):
-        return "unknown host name"
-    if "unreachable" in blob:
-        return "network unreachable"
-    return "connection failed"
 
 
 async def _run_tool(call_tool: CallTool, call: ToolCall) -> ToolResult:

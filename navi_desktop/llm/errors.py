@@ -99,6 +99,21 @@ class InvalidModelOutput(LLMError):
         )
 
 
+class PromptTooLong(LLMError):
+    """A request that leaves no room for the answer in the model's context."""
+
+    kind = "prompt_too_long"
+
+    def __init__(self, prompt: int, context_length: int) -> None:
+        self.prompt = prompt
+        self.context_length = context_length
+        super().__init__(
+            f"the request needs about {prompt} tokens but the model's context holds"
+            f" {context_length} — it is retried in smaller parts; or choose a model with a"
+            " longer context"
+        )
+
+
 class ToolLoopLimit(LLMError):
     """The model kept asking for tools past the round limit."""
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import queue
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -15,38 +18,26 @@ import aiosqlite
 import sqlean
 import sqlite_vec
 
-from navi_desktop.errors import CorruptDatabase, NotFound
+from navi_desktop.errors import NotFound
+from navi_desktop.memory.failures import damaged, os_failure, translate
+from navi_desktop.memory.filecheck import (
+    APPLICATION_ID,
+    SQLITE_HEADER,
+    SchemaCheck,
+    check_file,
+    probe,
+)
 from navi_desktop.paths import ensure_private_dir
 
-# PRAGMA application_id marks the file as ours ("NAVI"), so a foreign SQLite file is never touched.
-APPLICATION_ID = 0x4E415649
-SQLITE_HEADER = b"SQLite format 3\x00"
+__all__ = ["APPLICATION_ID", "SQLITE_HEADER", "Database", "DbError", "ReadPool"]
+
 DbError = sqlean.Error
+log = logging.getLogger(__name__)
 MMAP_BYTES = 1 << 30
 T = TypeVar("T")
 
 
-def _check_file(path: Path) -> None:
-    """Refuse a file that exists but is not SQLite, before SQLite can write to it."""
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        return
-    if size == 0:
-        return
-    try:
-        with path.open("rb") as fh:
-            header = fh.read(16)
-    except OSError as exc:
-        raise CorruptDatabase(f"cannot read memory file {path}: {exc.strerror}") from exc
-    if header != SQLITE_HEADER:
-        raise CorruptDatabase(
-            f"{path} is not a SQLite database (corrupt or foreign file); it was left untouched:"
-            " move it aside to start a new memory, or restore it from a backup"
-        )
-
-
-def _connector(path: Path) -> sqlean.Connection:
+def _connector(path: Path, *, opening: bool = False) -> sqlean.Connection:
     conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
     try:
         conn.enable_load_extension(True)
@@ -58,23 +49,13 @@ def _connector(path: Path) -> sqlean.Connection:
         # Deleted content is overwritten with zeros: forgetting must not leave the text behind.
         conn.execute("PRAGMA secure_delete = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        has_tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
-        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and has_tables):
-            raise CorruptDatabase(
-                f"{path} is a SQLite database but not a Navi memory file; it was left untouched:"
-                " choose another profile or move the file aside"
-            )
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
-            raise CorruptDatabase(f"{path}: cannot switch to WAL mode (got {mode})")
+            raise damaged(path, f"cannot switch to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
-    except sqlean.DatabaseError as exc:
+    except sqlean.Error as exc:
         conn.close()
-        raise CorruptDatabase(
-            f"{path} is damaged ({exc}); it was left untouched: restore it from a backup"
-            " or move it aside to start a new memory"
-        ) from exc
+        raise (translate(exc, path, opening=opening) or damaged(path, str(exc))) from exc
     except BaseException:
         conn.close()
         raise
@@ -92,6 +73,8 @@ class Database:
     # log are slower than reads of the memory-mapped file.
     CHECKPOINT_EVERY = 200
     CHECKPOINT_CHANGES = 20_000
+    # How often a write looks whether the daily backup is due (a folder listing).
+    BACKUP_CHECK_S = 3600.0
 
     def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
         self.conn = conn
@@ -102,38 +85,69 @@ class Database:
         self._changes_at_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._readers = ReadPool(path)
+        # Commits made through this connection: none means read-only use (incognito).
+        self.commits = 0
+        # Set by the daemon: how many daily backups to keep (0: none); see backup.py.
+        self.backups: Callable[[], int] | None = None
+        self._backup: asyncio.Task[Any] | None = None
+        self._backup_checked = float("-inf")
 
     @classmethod
-    async def open(cls, path: Path, *, create: bool = True) -> Database:
+    async def open(
+        cls, path: Path, *, create: bool = True, check: SchemaCheck | None = None
+    ) -> Database:
+        """Open (by default creating) the file. A file that is not a whole Navi file this
+        version can use (``check`` looks at its schema) raises a ``ProfileError`` before
+        anything is written to it or created beside it."""
         path = Path(path)
-        _check_file(path)
-        if not path.exists():
+        if check_file(path):
+            await asyncio.to_thread(probe, path, check)
+        elif not path.exists():
             if not create:
                 raise NotFound(f"no memory file at {path}")
-            ensure_private_dir(path.parent)
-            os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+            try:
+                ensure_private_dir(path.parent)
+                os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
+            except OSError as exc:
+                raise os_failure(exc, path, opening=True) from exc
         # Check in a plain thread first: a connector failing inside aiosqlite's worker thread
         # leaves that thread reporting to a loop that may be gone.
-        await asyncio.to_thread(lambda: _connector(path).close())
+        await asyncio.to_thread(lambda: _connector(path, opening=True).close())
         # Only a file known to be ours gets its permissions tightened.
         ensure_private_dir(path.parent)
         if path.stat().st_mode & 0o777 != 0o600:
             path.chmod(0o600)
-        conn = aiosqlite.Connection(lambda: _connector(path), iter_chunk_size=64)
+        conn = aiosqlite.Connection(lambda: _connector(path, opening=True), iter_chunk_size=64)
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
-        # Planner statistics for tables that have none or have grown, as SQLite advises for
-        # long-lived connections; sampled (analysis_limit), so a few ms even at 100k rows.
-        # Without them a search's joins could pick a scan over a lookup.
-        await conn.execute("PRAGMA analysis_limit = 400")
-        await conn.execute("PRAGMA optimize = 0x10002")
         return cls(conn, path)
+
+    async def analyze(self) -> None:
+        """Planner statistics for tables that have none or have grown, as SQLite advises for
+        long-lived connections; sampled (analysis_limit), so a few ms even at 100k rows.
+        Without them a search's joins could pick a scan over a lookup. Skipped on a full
+        disk: statistics are not worth failing an open for."""
+        try:
+            await self.conn.execute("PRAGMA analysis_limit = 400")
+            await self.conn.execute("PRAGMA optimize = 0x10002")
+        except DbError as exc:
+            if translate(exc, self.path) is None:
+                raise
+
+    def _failure(self, exc: BaseException) -> BaseException:
+        """What to raise for a SQLite error: a full disk, an I/O error or damage as the
+        user's error (see failures.py); anything else as it is."""
+        return translate(exc, self.path) or exc
 
     async def read(self, work: Callable[[sqlean.Connection], T]) -> T:
         """Run ``work(connection)`` on a read-only connection in a worker thread; see ReadPool."""
-        return await self._readers.run(work)
+        try:
+            return await self._readers.run(work)
+        except DbError as exc:
+            raise self._failure(exc) from exc
 
     def _committed(self) -> None:
+        self.commits += 1
         self._commits += 1
         changes = self.conn.total_changes - self._changes_at_checkpoint
         due = self._commits >= self.CHECKPOINT_EVERY or changes >= self.CHECKPOINT_CHANGES
@@ -141,6 +155,26 @@ class Database:
             self._commits = 0
             self._changes_at_checkpoint = self.conn.total_changes
             self._checkpoint = asyncio.create_task(asyncio.to_thread(self._checkpoint_now))
+        now = time.monotonic()
+        if self.backups is not None and now - self._backup_checked >= self.BACKUP_CHECK_S:
+            self._backup_checked = now
+            if self._backup is None or self._backup.done():
+                self._backup = asyncio.create_task(self.backup_if_due())
+
+    async def backup_if_due(self) -> Any:
+        """The rolling daily backup (backup.py), in a thread: when the daemon set a count,
+        something was written through this connection, and none was made in the last day.
+        Never raises: a backup that cannot be made is logged and tried again later."""
+        keep = self.backups() if self.backups is not None else 0
+        if keep <= 0 or self.commits == 0:
+            return None
+        from navi_desktop.memory.backup import take_daily
+
+        try:
+            return await asyncio.to_thread(take_daily, self.path, keep)
+        except Exception as exc:  # logged; the next check tries again
+            log.warning("daily backup of %s not made: %s", self.path, exc)
+            return None
 
     def _checkpoint_now(self) -> None:
         conn = sqlean.connect(str(self.path), isolation_level=None)
@@ -155,6 +189,8 @@ class Database:
     async def close(self) -> None:
         if self._checkpoint is not None:
             await self._checkpoint
+        if self._backup is not None:
+            await self._backup
         await asyncio.to_thread(self._readers.close)
         async with self.lock:
             try:
@@ -168,18 +204,31 @@ class Database:
     async def transaction(self) -> AsyncIterator[Database]:
         """BEGIN IMMEDIATE … COMMIT; any exception rolls the whole batch back."""
         async with self.lock:
-            await self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                await self.conn.execute("BEGIN IMMEDIATE")
+            except DbError as exc:
+                raise self._failure(exc) from exc
             self._in_tx = True
             try:
                 yield self
-            except BaseException:
-                await self.conn.execute("ROLLBACK")
+                await self.conn.execute("COMMIT")
+            except BaseException as exc:
+                await self._rollback()
+                if isinstance(exc, DbError) and (failure := self._failure(exc)) is not exc:
+                    raise failure from exc
                 raise
             else:
-                await self.conn.execute("COMMIT")
                 self._committed()
             finally:
                 self._in_tx = False
+
+    async def _rollback(self) -> None:
+        """Undo the open transaction. After a full disk or an I/O error SQLite may have
+        rolled it back itself; a second ROLLBACK would hide the first error."""
+        if self.conn.in_transaction:
+            # The transaction is gone either way: nothing of it was kept.
+            with contextlib.suppress(DbError):
+                await self.conn.execute("ROLLBACK")
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[Database]:
@@ -189,13 +238,19 @@ class Database:
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement; returns lastrowid (for INSERT) or rowcount."""
-        cur = await self.conn.execute(sql, params)
+        try:
+            cur = await self.conn.execute(sql, params)
+        except DbError as exc:
+            raise self._failure(exc) from exc
         # Not closed: closing costs another round trip to the SQLite thread, and a statement
         # without result rows is finished once executed; the cursor goes with its last reference.
         return cur.lastrowid if sql.lstrip()[:6].upper() == "INSERT" else cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self.conn.executemany(sql, rows)
+        try:
+            await self.conn.executemany(sql, rows)
+        except DbError as exc:
+            raise self._failure(exc) from exc
 
     async def pipeline(self, *steps: Awaitable[T]) -> list[T]:
         """Await statements queued back to back: the SQLite thread runs them in this order
@@ -209,10 +264,13 @@ class Database:
         return results  # type: ignore[return-value]
 
     async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
-        return list(await self.conn.execute_fetchall(sql, params))
+        try:
+            return list(await self.conn.execute_fetchall(sql, params))
+        except DbError as exc:
+            raise self._failure(exc) from exc
 
     async def fetchone(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
-        rows = await self.conn.execute_fetchall(sql, params)
+        rows = await self.fetchall(sql, params)
         return rows[0] if rows else None
 
     async def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:

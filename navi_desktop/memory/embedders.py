@@ -55,6 +55,10 @@ def prefixes_for(model: str) -> tuple[str, str]:
 
 EmbedFn = Callable[[str, list[str]], Awaitable[Sequence[Sequence[float]]]]
 
+# A search query is embedded from its first characters only: the models read at most 512
+# tokens (a few thousand characters), and a longer text would only cost time.
+MAX_QUERY_CHARS = 2000
+
 
 class OllamaEmbedder:
     """Embeds through a local Ollama model; ``embed_fn(model, texts)`` performs the call."""
@@ -67,6 +71,8 @@ class OllamaEmbedder:
 
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         prefix = self._query_prefix if query else self._doc_prefix
+        if query:
+            texts = [t[:MAX_QUERY_CHARS] for t in texts]
         vectors = await self._embed_fn(self.ollama_model, [prefix + t for t in texts])
         if len(vectors) != len(texts):
             raise ValueError(f"{self.model} returned {len(vectors)} vectors for {len(texts)} texts")
@@ -97,6 +103,8 @@ class LocalEmbedder:
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:
             return np.zeros((0, 384), dtype=np.float32)
+        if query:
+            texts = [t[:MAX_QUERY_CHARS] for t in texts]
         return await asyncio.to_thread(self._run, list(texts), query)
 
 

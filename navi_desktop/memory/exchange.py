@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -52,15 +53,112 @@ class ImportReport:
     new_ids: list[int] = field(default_factory=list)  # rows this import created
 
 
+class _BadNumber(ValueError):
+    pass
+
+
+def _parse_int(text: str) -> int:
+    # Python refuses to convert more than 4,300 digits (a ValueError without a position);
+    # no value in an export needs more than SQLite's 64 bits.
+    if len(text.lstrip("-")) > 19:
+        raise _BadNumber(f"a number of {len(text.lstrip('-'))} digits (at most 19 here)")
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _BadNumber(f"the number {text[:40]} is too large")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise _BadNumber(f"{name} is not a number JSON allows")
+
+
 def parse_export(text: str, source: str = "input") -> dict[str, Any]:
     """Parse and validate an export file; every error names where it is."""
     try:
-        data = json.loads(text)
+        data = json.loads(
+            text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_no_constant
+        )
     except json.JSONDecodeError as exc:
         raise InvalidInput(
             f"{source}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
         ) from None
+    except RecursionError:
+        raise InvalidInput(
+            f"{source}: JSON nested too deeply to read (an export nests a few levels)"
+        ) from None
+    except _BadNumber as exc:
+        raise InvalidInput(f"{source}: not a Navi memory export: {exc}") from None
     return validate_export(data, source)
+
+
+# Optional fields of a memory and what each must be when present (None is always allowed).
+_OPTIONAL: dict[str, tuple[type, ...]] = {
+    "category": (str,),
+    "subject": (str,),
+    "key": (str,),
+    "evidence": (str,),
+    "source": (str,),
+    "confidence": (int, float),
+    "session_id": (str,),
+    "status": (str,),
+    "pinned": (bool,),
+    "strength": (int, float),
+    "mentions": (int,),
+    "superseded_by": (int,),
+    "review_reason": (str,),
+    "history": (list,),
+}
+_WORDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    dict: "an object",
+    list: "a list",
+}
+_INT64 = 2**63
+
+
+def _check_type(where: str, name: str, value: Any, kinds: tuple[type, ...]) -> None:
+    if value is None:
+        return
+    ok = isinstance(value, kinds) and (bool in kinds or not isinstance(value, bool))
+    if ok and isinstance(value, int) and not isinstance(value, bool) and abs(value) >= _INT64:
+        ok = False
+    if not ok:
+        words = " or ".join(_WORDS.get(k, k.__name__) for k in kinds)
+        raise InvalidInput(f'{where}: "{name}" must be {words}')
+
+
+def _check_history(where: str, history: list[Any]) -> None:
+    for n, entry in enumerate(history, start=1):
+        here = f"{where}: history entry #{n}"
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{here} is not an object")
+        for name in ("action", "actor", "at"):
+            _check_type(here, name, entry.get(name), (str,))
+        for name in ("old", "new"):
+            _check_type(here, name, entry.get(name), (dict,))
+        if entry.get("at") is not None:
+            check_iso(entry["at"], f"{here}: at")
+
+
+def _check_sessions(source: str, sessions: Any) -> None:
+    if not isinstance(sessions, list):
+        raise InvalidInput(f'{source}: "sessions" must be a list')
+    for n, s in enumerate(sessions, start=1):
+        where = f"{source}: session #{n}"
+        if not isinstance(s, dict):
+            raise InvalidInput(f"{where} is not an object")
+        for name in ("id", "created_at"):
+            if not isinstance(s.get(name), str) or not s[name]:
+                raise InvalidInput(f'{where}: "{name}" must be a non-empty string')
+        _check_type(where, "title", s.get("title"), (str,))
+        check_iso(s["created_at"], f"{where}: created_at")
 
 
 def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
@@ -71,13 +169,18 @@ def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
     memories = data.get("memories")
     if not isinstance(memories, list):
         raise InvalidInput(f'{source}: "memories" must be a list')
+    _check_sessions(source, data.get("sessions", []))
     for n, item in enumerate(memories, start=1):
         where = f"{source}: memory #{n}"
         if not isinstance(item, dict):
             raise InvalidInput(f"{where} is not an object")
         for name, kind in (("id", int), ("value", str), ("kind", str)):
-            if not isinstance(item.get(name), kind):
-                raise InvalidInput(f'{where}: "{name}" must be a {kind.__name__}')
+            _check_type(where, name, item.get(name), (kind,))
+            if item.get(name) is None:
+                raise InvalidInput(f'{where}: "{name}" must be {_WORDS[kind]}')
+        for name, kinds in _OPTIONAL.items():
+            _check_type(where, name, item.get(name), kinds)
+        _check_history(where, item.get("history") or [])
         if item["kind"] not in KINDS:
             raise InvalidInput(f"{where}: unknown kind {item['kind']!r}")
         if item.get("category") not in (None, *CATEGORIES):
@@ -165,10 +268,13 @@ class ExchangeOps:
         report = ImportReport()
         async with self.db.transaction():
             for s in data.get("sessions", []):
+                title = s.get("title")
+                if title and await self._forgotten_phrase([title]):
+                    title = None
                 await self.db.execute(
                     "INSERT OR IGNORE INTO sessions (id, title, created_at, last_active_at, state,"
                     " ended_at) VALUES (?, ?, ?, ?, 'ended', ?)",
-                    (s["id"], s.get("title"), s["created_at"], s["created_at"], s["created_at"]),
+                    (s["id"], title, s["created_at"], s["created_at"], s["created_at"]),
                 )
             items = sorted(data["memories"], key=lambda m: m["id"])
             for item in items:
@@ -205,7 +311,17 @@ class ExchangeOps:
     async def _import_one(self: MemoryStore, item: dict[str, Any], report: ImportReport) -> None:
         value = item["value"].strip()
         norm_key = normalize_key(item.get("subject"), item["key"]) if item.get("key") else None
-        if await self._tombstoned(item["kind"], norm_key, value):
+        # Forgotten before, or carrying a phrase forgotten everywhere (in its text, evidence or
+        # history): an import never brings it back.
+        if await self._tombstoned(item["kind"], norm_key, value) or await self._forgotten_phrase(
+            [
+                value,
+                item.get("evidence"),
+                item.get("subject"),
+                item.get("key"),
+                json.dumps(item.get("history") or [], ensure_ascii=False),
+            ]
+        ):
             report.blocked += 1
             return
         created = item.get("created_at") or now_iso()

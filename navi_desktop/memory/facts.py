@@ -149,8 +149,10 @@ class FactOps:
 
     # -- add / upsert --------------------------------------------------------------------------
 
-    async def add_memory(self: MemoryStore, value: str, **fields: Any) -> WriteResult:
-        return (await self.add_memories([NewMemory(value=value, **fields)]))[0]
+    async def add_memory(
+        self: MemoryStore, value: str, *, actor: str = "user", **fields: Any
+    ) -> WriteResult:
+        return (await self.add_memories([NewMemory(value=value, **fields)], actor=actor))[0]
 
     async def add_memories(
         self: MemoryStore, batch: list[NewMemory], *, actor: str = "user"
@@ -163,15 +165,14 @@ class FactOps:
 
     async def _upsert(self: MemoryStore, item: NewMemory, actor: str) -> WriteResult:
         value, norm_key = item.value.strip(), item.norm_key
-        if await self._tombstoned(item.kind, norm_key, value):
-            if item.source != "user_explicit":
+        if await self._tombstoned(item.kind, norm_key, value) or await self._forgotten_phrase(
+            [value, item.evidence]
+        ):
+            # Only the user, by hand, brings a forgotten memory back: not extraction, not a
+            # model's tool call (whatever source it claims), not an import.
+            if item.source != "user_explicit" or actor != "user":
                 return WriteResult("blocked", None)
-            # The user saying it again, by hand, lifts the tombstone.
-            fact_hash, value_hash = await self._tomb_hashes(item.kind, norm_key, value)
-            await self.db.execute(
-                "DELETE FROM tombstones WHERE fact_hash = ? OR value_hash = ?",
-                (fact_hash, value_hash),
-            )
+            await self._lift_tombstones(item.kind, norm_key, value)
         current = await self._current_match(item.kind, norm_key, value)
         if current is not None and normalize(current["value"]) == normalize(value):
             return await self._strengthen(current, item.confidence, actor)
@@ -238,6 +239,7 @@ class FactOps:
         return None
 
     async def _insert(self: MemoryStore, item: NewMemory, actor: str) -> int:
+        await self._check_source(item)
         now = now_iso()
         at = check_iso(item.at, "at") if item.at else now
         new_id = await self.db.execute(
@@ -271,6 +273,27 @@ class FactOps:
         await self._history(new_id, "create", actor, new=_snapshot(row))
         await self._mark_profile_stale()
         return new_id
+
+    async def _check_source(self: MemoryStore, item: NewMemory) -> None:
+        """The session and messages a memory names must exist (and the messages be the
+        session's): an unknown one is the caller's mistake, not a database error."""
+        if item.session_id is not None and not await self.db.scalar(
+            "SELECT 1 FROM sessions WHERE id = ?", (item.session_id,)
+        ):
+            raise NotFound(f"no session with id {item.session_id!r}")
+        for name in ("message_from", "message_to"):
+            message_id = getattr(item, name)
+            if message_id is None:
+                continue
+            owner = await self.db.scalar(
+                "SELECT session_id FROM messages WHERE id = ?", (message_id,)
+            )
+            if owner is None:
+                raise NotFound(f"no message with id {message_id} ({name})")
+            if owner != item.session_id:
+                raise InvalidInput(
+                    f"message {message_id} ({name}) is not in session {item.session_id!r}"
+                )
 
     async def _supersede(self: MemoryStore, old_id: int, new_id: int, actor: str) -> None:
         now = now_iso()

@@ -1,27 +1,95 @@
-"""Forgetting for real: a memory and every trace of it leave the file; a tombstone stays."""
+"""Forgetting for real: a memory and every copy of it leave the file; tombstones stay.
+
+Two scopes (``SCOPES``):
+
+* ``everywhere`` (the default): the memory, its earlier versions, and every occurrence of their
+  values and evidence quotes anywhere in the profile (see scrub.py for the places, and
+  matching.py for the matching rule). Other memories with the same value go with it.
+* ``evidence``: the memory, its earlier versions and every occurrence of their evidence quotes;
+  other mentions of the bare value stay (for a value such as "Bob" that is also said elsewhere).
+
+``forget_preview`` shows, before anything changes, what each scope would touch. Tombstones are
+keyed hashes, never text: one per forgotten memory (extraction must not learn it again), and
+one per forgotten phrase (a tool call, an import or extraction must not bring it back inside
+other text).
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass, field
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.textproc import keyed_hash, normalize, normalize_key
+from navi_desktop.memory.db import DbError
+from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
+from navi_desktop.memory.scrub import ScrubCounts, ScrubOps
+from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
+SCOPES = ("everywhere", "evidence")
+MIN_EVIDENCE = 4  # shorter quotes say too little to be matched on their own
+MANY_MESSAGES = 25  # a value in more messages than this needs explicit confirmation too
+MAX_PHRASE_WORDS = 64
+SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
+MATCHING_RULE = (
+    "whole words, ignoring case, Unicode compatibility forms (NFKC), curly quotes and spacing;"
+    f" a value shorter than 3 characters, made of common words or found in more than"
+    f" {MANY_MESSAGES} messages needs explicit confirmation"
+)
 
 
 @dataclass
 class ForgetReport:
     forgotten: list[int] = field(default_factory=list)
     redacted_messages: int = 0
+    scope: str = "everywhere"
+    redacted: list[str] = field(default_factory=list)  # every place, in words (ScrubCounts)
+    scrub_pending: str | None = None  # why the file still holds old pages, until a retry
+    backups: int = 0  # copies of the profile (backups) scrubbed the same way
+    unscrubbed: list[str] = field(default_factory=list)  # copies that could not be: why
 
 
-class ForgetOps:
+@dataclass
+class ForgetPreview:
+    """What forgetting a memory would remove, per scope; nothing is changed."""
+
+    memory_id: int
+    text: str
+    versions: list[int]  # earlier versions, forgotten with it
+    needles: list[str]  # the texts matched, normalised
+    broad: str | None  # why matching everywhere needs explicit confirmation, or None
+    rule: str
+    everywhere: list[str]  # the places, in words
+    evidence: list[str]
+    samples: list[str]  # a few occurrences, the match in «»
+    counts: dict[str, Any] = field(default_factory=dict)  # everywhere's, by place
+
+
+def _check_scope(scope: str) -> None:
+    if scope not in SCOPES:
+        raise InvalidInput(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+
+
+def _needles(chain: list[Any], scope: str) -> tuple[Matcher, set[str]]:
+    """The matcher for a scope, and the normalised values whose other memories go too."""
+    quotes = [r["evidence"] for r in chain if len((r["evidence"] or "").strip()) >= MIN_EVIDENCE]
+    if scope == "evidence":
+        return Matcher.of(quotes), set()
+    values = [r["value"] for r in chain]
+    return Matcher.of([*values, *quotes]), {needle_form(v) for v in values}
+
+
+class ForgetOps(ScrubOps):
     # -- tombstones ----------------------------------------------------------------------------
 
     async def _tomb_key(self: MemoryStore) -> bytes:
@@ -46,6 +114,51 @@ class ForgetOps:
             )
         )
 
+    async def _bury_phrases(self: MemoryStore, texts: Iterable[str]) -> None:
+        secret = await self._tomb_key()
+        rows = []
+        for text in texts:
+            phrase = phrase_of(text)
+            words = len(phrase.split(" "))
+            if phrase and words <= MAX_PHRASE_WORDS:
+                rows.append((keyed_hash(secret, f"phrase\x1f{phrase}"), words, now_iso()))
+        await self.db.executemany(
+            "INSERT OR IGNORE INTO forgotten_phrases (hash, words, created_at) VALUES (?, ?, ?)",
+            rows,
+        )
+
+    async def _forgotten_phrase(self: MemoryStore, texts: Iterable[str | None]) -> bool:
+        """Whether any text contains a phrase forgotten everywhere (as whole words)."""
+        lengths = [
+            r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
+        ]
+        if not lengths:
+            return False
+        secret = await self._tomb_key()
+        hashes = {
+            keyed_hash(secret, f"phrase\x1f{p}") for t in texts if t for p in phrases(t, lengths)
+        }
+        if not hashes:
+            return False
+        found = await self.db.fetchall(
+            f"SELECT 1 FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(hashes))})"
+            " LIMIT 1",
+            list(hashes),
+        )
+        return bool(found)
+
+    async def _lift_tombstones(self: MemoryStore, kind: str, norm_key: str | None, value: str):
+        """The user saying it again, by hand, lifts its tombstones."""
+        fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
+        await self.db.execute(
+            "DELETE FROM tombstones WHERE fact_hash = ? OR value_hash = ?", (fact_hash, value_hash)
+        )
+        secret = await self._tomb_key()
+        await self.db.execute(
+            "DELETE FROM forgotten_phrases WHERE hash = ?",
+            (keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),),
+        )
+
     async def is_forgotten(
         self: MemoryStore,
         value: str,
@@ -54,87 +167,156 @@ class ForgetOps:
         key: str | None = None,
         kind: str = "fact",
     ) -> bool:
-        """Whether this memory was forgotten before (extraction must not bring it back)."""
+        """Whether this memory was forgotten before, or contains a phrase forgotten everywhere
+        (extraction, tools and imports must not bring it back)."""
         norm_key = normalize_key(subject, key) if key else None
         async with self.db.reading():
-            return await self._tombstoned(kind, norm_key, value)
+            return await self._tombstoned(kind, norm_key, value) or await self._forgotten_phrase(
+                [value]
+            )
+
+    async def contains_forgotten(self: MemoryStore, texts: Iterable[str | None]) -> bool:
+        """Whether any of these texts contains a phrase forgotten everywhere."""
+        async with self.db.reading():
+            return await self._forgotten_phrase(list(texts))
+
+    async def without_forgotten(self: MemoryStore, text: str | None) -> str | None:
+        """``text`` less its sentences that state something forgotten everywhere (a summary of
+        a later conversation must not learn it back); None when nothing is left."""
+        if not text:
+            return text
+        kept = [s for s in SENTENCE.split(text) if s.strip()]
+        async with self.db.reading():
+            kept = [s for s in kept if not await self._forgotten_phrase([s])]
+        return " ".join(s.strip() for s in kept) or None
 
     # -- forget --------------------------------------------------------------------------------
 
-    async def forget(self: MemoryStore, memory_id: int, actor: str = "user") -> ForgetReport:
-        """Remove a memory and every trace: its earlier versions, history, index terms, vectors,
-        entity links, ledger rows and its evidence quote in the source messages. A keyed hash
-        (a tombstone) stops extraction from bringing it back; the file keeps no copy of the text.
-        """
-        report = ForgetReport()
+    async def _chain(self: MemoryStore, memory_id: int) -> list[Any]:
+        # The versions this one replaced are the same memory (each once, even if an imported
+        # file linked them in a loop).
+        rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
+        return list({r["id"]: r for r in rows}.values())
+
+    async def forget_needles(
+        self: MemoryStore, memory_id: int, scope: str = "everywhere"
+    ) -> list[str]:
+        """The texts a forget in ``scope`` matches (normalised): for scrubbing files outside
+        the database, such as logs, the same way."""
+        _check_scope(scope)
+        async with self.db.reading():
+            return list(_needles(await self._chain(memory_id), scope)[0].needles)
+
+    async def forget_preview(self: MemoryStore, memory_id: int) -> ForgetPreview:
+        """Where else the memory's value and evidence occur, for each scope; changes nothing."""
+        async with self.db.reading():
+            chain = await self._chain(memory_id)
+            ids = {r["id"] for r in chain}
+            wide, same = _needles(chain, "everywhere")
+            everywhere = await self._plan_scrub(wide, ids, same, samples=5)
+            narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
+        row = chain[0]
+        broad = broad_reason(row["value"])
+        if broad is None and everywhere.counts.messages > MANY_MESSAGES:
+            broad = f"it occurs in {everywhere.counts.messages} messages"
+        return ForgetPreview(
+            memory_id=memory_id,
+            text=memory_text(row),
+            versions=[r["id"] for r in chain[1:]],
+            needles=list(wide.needles),
+            broad=broad,
+            rule=MATCHING_RULE,
+            everywhere=everywhere.counts.lines(),
+            evidence=narrow.counts.lines(),
+            samples=everywhere.samples,
+            counts=asdict(everywhere.counts),
+        )
+
+    async def forget(
+        self: MemoryStore, memory_id: int, actor: str = "user", *, scope: str = "everywhere"
+    ) -> ForgetReport:
+        """Remove a memory and every trace (see the module's docstring for the scopes): its
+        earlier versions, history, index terms, vectors, entity links, ledger rows, and the
+        text wherever it was copied, in this file and in the profile's backups. Keyed hashes
+        (tombstones) stop it from coming back; the file keeps no copy of the text once the
+        write-ahead log is folded in."""
+        _check_scope(scope)
+        report = ForgetReport(scope=scope)
         async with self.db.transaction():
-            # The versions this one replaced are the same memory (each once, even if an
-            # imported file linked them in a loop).
-            rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
-            chain = list({r["id"]: r for r in rows}.values())
-            summary = await self.db.scalar("SELECT value FROM meta WHERE key = 'profile_summary'")
-            for row in chain:
-                fact_hash, value_hash = await self._tomb_hashes(
-                    row["kind"], row["norm_key"], row["value"]
-                )
-                await self.db.execute(
-                    "INSERT OR IGNORE INTO tombstones (fact_hash, value_hash, kind, created_at)"
-                    " VALUES (?, ?, ?, ?)",
-                    (fact_hash, value_hash, row["kind"], now_iso()),
-                )
-                report.redacted_messages += await self._redact_evidence(row)
-                await self._unindex_memory(row["id"])
-                if summary and normalize(row["value"]) in normalize(summary):
-                    summary = None
-                    await self._set_meta("profile_summary", None)
-            ids = [r["id"] for r in chain]
-            marks = ",".join("?" * len(ids))
-            await self.db.execute(
-                f"UPDATE memories SET superseded_by = NULL WHERE superseded_by IN ({marks})", ids
-            )
-            await self.db.execute(f"DELETE FROM memories WHERE id IN ({marks})", ids)
-            await self._drop_orphan_entities()
-            await self._mark_profile_stale()
-            report.forgotten = ids
-        await self._purge_free_space(messages=report.redacted_messages > 0)
+            chain = await self._chain(memory_id)
+            matcher, same = _needles(chain, scope)
+            report.forgotten, counts = await self._forget_rows(chain, matcher, same)
+            report.redacted_messages = counts.messages
+            report.redacted = counts.lines()
+        report.scrub_pending = await self._purge_free_space(
+            report.forgotten, messages=report.redacted_messages > 0
+        )
+        await self._scrub_backups([r["id"] for r in chain], matcher, same, report)
         return report
 
-    async def _redact_evidence(self: MemoryStore, row: Any) -> int:
-        quote = (row["evidence"] or "").strip()
-        if len(quote) < 4 or not row["session_id"]:
-            return 0
-        hits = await self.db.fetchall(
-            "SELECT id, content FROM messages WHERE session_id = ? AND instr(content, ?) > 0",
-            (row["session_id"], quote),
-        )
-        for hit in hits:
+    async def _forget_rows(
+        self: MemoryStore, chain: list[Any], matcher: Matcher, same: set[str]
+    ) -> tuple[list[int], ScrubCounts]:
+        """Tombstone and delete ``chain`` (and memories with the same value), redact every
+        other occurrence; inside a transaction. Returns the ids deleted and where it redacted."""
+        plan = await self._plan_scrub(matcher, {r["id"] for r in chain}, same)
+        gone = [*chain, *plan.also_forgotten]
+        for row in gone:
+            fact_hash, value_hash = await self._tomb_hashes(
+                row["kind"], row["norm_key"], row["value"]
+            )
             await self.db.execute(
-                "UPDATE messages SET content = replace(content, ?, '[forgotten]') WHERE id = ?",
-                (quote, hit["id"]),
+                "INSERT OR IGNORE INTO tombstones (fact_hash, value_hash, kind, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                (fact_hash, value_hash, row["kind"], now_iso()),
             )
-            await self._reindex_message(hit["id"])
-            following = await self.db.scalar(
-                "SELECT id FROM messages WHERE session_id = ? AND id > ? ORDER BY id LIMIT 1",
-                (row["session_id"], hit["id"]),
+            await self._unindex_memory(row["id"])
+        await self._bury_phrases(matcher.needles)
+        gone_ids = [r["id"] for r in gone]
+        if gone_ids:
+            marks = ",".join("?" * len(gone_ids))
+            await self.db.execute(
+                f"UPDATE memories SET superseded_by = NULL WHERE superseded_by IN ({marks})",
+                gone_ids,
             )
-            if following is not None:  # its index carries this one as context
-                await self._reindex_message(following)
-        await self.db.execute(  # a title can quote what was said, too
-            "UPDATE sessions SET title = replace(title, ?, '[forgotten]')"
-            " WHERE id = ? AND instr(title, ?) > 0",
-            (quote, row["session_id"], quote),
-        )
-        return len(hits)
+            await self.db.execute(f"DELETE FROM memories WHERE id IN ({marks})", gone_ids)
+        await self._apply_scrub(plan)
+        await self._drop_orphan_entities()
+        await self._mark_profile_stale()
+        return gone_ids, plan.counts
 
-    async def _purge_free_space(self: MemoryStore, *, messages: bool) -> None:
-        """Merge the full-text index so deleted terms leave its pages (secure_delete zeroes the
-        freed ones), then fold the WAL into the file and truncate it."""
-        async with self.db.transaction():
-            await self.db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
-            if messages:
-                await self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
-        async with self.db.reading():
-            # TRUNCATE waits (busy_timeout) for searches still reading older frames; should
-            # one outlast that, the log keeps the text until the next checkpoint.
-            if await self.db.scalar("PRAGMA wal_checkpoint(TRUNCATE)"):
-                log.warning("the log was in use: forgotten text stays in it until a checkpoint")
+    async def _scrub_backups(
+        self: MemoryStore, ids: list[int], matcher: Matcher, same: set[str], report: ForgetReport
+    ) -> None:
+        """The same forget in every other copy of the profile Navi keeps: its backups, and a
+        file kept aside by a restore (``memory.before-restore-*.db``) beside it. A restore
+        must not bring the text back. A copy that cannot be opened is reported."""
+        from navi_desktop.memory.backup import list_backups
+        from navi_desktop.memory.store import MemoryStore as Store
+
+        running = getattr(self.db, "_backup", None)  # a daily backup being made right now
+        if running is not None:
+            await running
+
+        def copies() -> list[Path]:
+            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
+            return [*list_backups(self.path), *sorted(beside)]
+
+        for path in await asyncio.to_thread(copies):
+            try:
+                copy = await Store.open(path, create=False)
+                try:
+                    async with copy.db.transaction():
+                        marks = ",".join("?" * len(ids))
+                        rows = await copy.db.fetchall(
+                            f"SELECT * FROM memories WHERE id IN ({marks})", ids
+                        )
+                        await copy._forget_rows(rows, matcher, same)
+                    await copy._purge_free_space(ids)
+                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
+                finally:
+                    await copy.close()
+                report.backups += 1
+            except (NaviError, DbError, OSError) as exc:
+                log.warning("backup %s not scrubbed: %s", path, exc)
+                report.unscrubbed.append(f"{path}: {exc}")

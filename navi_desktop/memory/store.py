@@ -13,17 +13,18 @@ from typing import Any
 
 import numpy as np
 
-from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.errors import DiskFull, InvalidInput, NotFound
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.db import Database, DbError
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
+from navi_desktop.memory.failures import disk_full
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.maintenance import MaintenanceOps
-from navi_desktop.memory.migrations import migrate
+from navi_desktop.memory.migrations import check_schema, migrate
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.search import SearchOps
 from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
@@ -57,12 +58,18 @@ class MemoryStore(
     async def open(
         cls, path: Path, *, embedder: Embedder | None = None, create: bool = True
     ) -> MemoryStore:
-        """Open (by default creating) a memory file and bring its schema up to date."""
-        db = await Database.open(path, create=create)
+        """Open (by default creating) a memory file and bring its schema up to date.
+
+        A file that is damaged, foreign, unreadable or from a newer Navi raises a
+        ``ProfileError`` naming the file and the fix, and is left untouched."""
+        db = await Database.open(path, create=create, check=check_schema)
         try:
             await migrate(db)
-        except BaseException:
+            await db.analyze()
+        except BaseException as exc:
             await db.conn.close()
+            if isinstance(exc, DiskFull):  # an upgrade that did not fit: nothing of it was kept
+                raise disk_full(db.path, opening=True) from exc
             raise
         return cls(db, embedder)
 

@@ -7,7 +7,9 @@ default it does not read memory either; ``read_memory`` lets it read (never writ
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
@@ -57,3 +59,14 @@ class IncognitoSession:
 
     def discard(self) -> None:
         self.history.clear()
+
+
+async def memory_to_read(
+    session: IncognitoSession, path: Path, open_store: Callable[[], Awaitable[MemoryStore]]
+) -> MemoryStore | None:
+    """The store an incognito turn may read: none unless the session reads memory, and none
+    for a profile that has no file yet. A missing profile reads as empty: opening it would
+    create the file (and its -wal and -shm), and incognito creates and touches nothing."""
+    if not session.read_memory or not path.exists():
+        return None
+    return await open_store()

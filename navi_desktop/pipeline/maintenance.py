@@ -1,5 +1,6 @@
 """Scheduled jobs the daemon runs: decay, weekly reflection, embedding backfill, and
-rewriting a profile summary left stale by a failed or skipped refresh."""
+rewriting a profile summary left stale by a failed or skipped refresh, and summaries a forget
+redacted while no model was reachable."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.memory.clock import now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.pipeline.extraction import JsonModel, ModelOutputError
+from navi_desktop.pipeline.forgetting import AfterForget, rewrite_redacted
 from navi_desktop.pipeline.session_end import (
     RETRYABLE,
     EndSettings,
@@ -31,7 +34,9 @@ least two of the facts. Only what the facts support; no advice. Return JSON: \
 {"insights": ["..."]}."""
 REFLECTION_SCHEMA = {
     "type": "object",
-    "properties": {"insights": {"type": "array", "items": {"type": "string"}}},
+    "properties": {
+        "insights": {"type": "array", "maxItems": 3, "items": {"type": "string", "maxLength": 300}}
+    },
     "required": ["insights"],
 }
 MIN_NEW_FACTS = 3
@@ -44,6 +49,7 @@ class MaintenanceReport:
     reflections: list[int] = field(default_factory=list)
     embedded: int = 0
     profile_refreshed: bool = False
+    backup: str | None = None  # the daily backup made now, if one was due
     errors: list[str] = field(default_factory=list)
 
 
@@ -87,10 +93,17 @@ async def run_maintenance(
     *,
     now: str | None = None,
 ) -> MaintenanceReport:
-    """Every job once; a model failure skips only the jobs that need the model."""
+    """Every job once; a model failure skips only the jobs that need the model, a full disk
+    only the jobs that write."""
     report = MaintenanceReport()
-    report.archived = (await store.decay(now=now)).archived or []
-    await store.optimize()
+    try:
+        report.archived = (await store.decay(now=now)).archived or []
+        await store.optimize()
+    except (DiskFull, DiskError) as exc:
+        report.errors.append(f"decay: {exc}")
+    # The rolling daily backup, when the daemon keeps them and one is due (memory/backup.py).
+    made = await store.db.backup_if_due()
+    report.backup = str(made.path) if made is not None else None
     try:
         report.embedded = await store.backfill_embeddings()
     except RETRYABLE as exc:
@@ -101,6 +114,9 @@ async def run_maintenance(
         report.reflections = await reflect(store, llm, settings, now=now)
     except RETRYABLE as exc:
         report.errors.append(f"reflection: {exc}")
+    redacted = AfterForget()  # summaries a forget redacted while no model was reachable
+    await rewrite_redacted(store, llm, settings, redacted)
+    report.errors += redacted.errors
     _, stale = await store.profile_summary()
     if stale:
         report.profile_refreshed = await refresh_profile(store, llm, settings)

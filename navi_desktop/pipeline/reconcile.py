@@ -32,6 +32,7 @@ class Planned:
     candidate: FactCandidate | RuleCandidate
     reason: str
     target_id: int | None = None
+    source: str | None = None  # the memory's source as the policy settled it
 
 
 # Cosine above which two values of the same fact count as one, per embedding model, from
@@ -127,9 +128,11 @@ async def _plan_fact(
         confidence=fact.confidence,
         conversation=conversation,
         forgotten=forgotten,
+        source=fact.source,
     )
     if decision.verdict is Verdict.DROP:
         return Planned("drop", "fact", fact, decision.reason)
+    src = decision.source
     norm_key = normalize_key(fact.subject, fact.key)
     same_key = await _current_by_key(store, norm_key)
     if same_key is not None:
@@ -142,15 +145,17 @@ async def _plan_fact(
             if n is not None:
                 return Planned("strengthen", "fact", fact, "came up again", waiting[n]["id"])
         if decision.verdict is Verdict.COMMIT:
-            return Planned("supersede", "fact", fact, "new value for a known fact", same_key["id"])
-        return Planned(decision.verdict.value, "fact", fact, decision.reason)
+            return Planned(
+                "supersede", "fact", fact, "new value for a known fact", same_key["id"], src
+            )
+        return Planned(decision.verdict.value, "fact", fact, decision.reason, source=src)
     hits = await store.search(fact.value, kinds=["fact"], limit=5, include_inactive=True)
     known = [h.memory for h in hits if h.memory and h.memory.status in ("active", "held")]
     n = await same.first(fact.value, [m.value for m in known])
     if n is not None:
         return Planned("strengthen", "fact", fact, "already known", known[n].id)
     action = "add" if decision.verdict is Verdict.COMMIT else decision.verdict.value
-    return Planned(action, "fact", fact, decision.reason)
+    return Planned(action, "fact", fact, decision.reason, source=src)
 
 
 async def _plan_rule(
@@ -165,6 +170,7 @@ async def _plan_rule(
         confidence=1.0,
         conversation=conversation,
         forgotten=forgotten,
+        kind="rule",
     )
     if decision.verdict is Verdict.DROP:
         return Planned("drop", "rule", rule, decision.reason)
@@ -172,7 +178,9 @@ async def _plan_rule(
     n = await same.first(rule.instruction, [r.value for r in rules])
     if n is not None:
         return Planned("strengthen", "rule", rule, "already a rule", rules[n].id)
-    return Planned("add", "rule", rule, decision.reason)
+    if decision.foreign:  # not from the user's own words: held (see policy.decide)
+        return Planned("hold", "rule", rule, decision.reason, source=decision.source)
+    return Planned("add", "rule", rule, decision.reason, source=decision.source)
 
 
 async def _current_by_key(store: MemoryStore, norm_key: str) -> Any:

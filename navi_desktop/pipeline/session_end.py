@@ -3,52 +3,69 @@ end, a newer session starting, start-up recovery).
 
 Idempotent: it processes the messages after the session's watermark only, so a second call
 does nothing and a session that continued later is processed from where it stopped.
-A failure (server down, timeout, invalid output) leaves the session pending with its reason,
-writes nothing, and is retried later with backoff.
+The transcript goes to the model in chunks sized to its context; each chunk's candidates are
+checked one by one (a malformed or unsupported one is dropped with its reason) and committed
+with that chunk's watermark, so a later failure keeps what earlier chunks taught. A failure
+(server down, timeout, nothing usable in an answer) leaves the session pending with its
+reason, and the retry sends smaller chunks: a different request, not the same one again.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from navi_desktop.errors import NaviError
+from navi_desktop.errors import DiskError, DiskFull
+from navi_desktop.llm.budget import output_tokens, prompt_tokens
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.memory.sessions import SessionWrite
+from navi_desktop.memory.textproc import normalize, normalize_key
+from navi_desktop.pipeline.chunking import Chunk, chunk_tokens, plan_chunks
 from navi_desktop.pipeline.extraction import (
+    EXTRACT_OPTIONS,
     EXTRACTION_SCHEMA,
-    MERGE_SCHEMA,
     PROFILE_PROMPT,
     PROFILE_SCHEMA,
-    SUMMARY_MERGE_PROMPT,
     Extraction,
     FactCandidate,
     JsonModel,
     ModelOutputError,
+    Parsed,
     extraction_messages,
     parse_extraction,
-    request,
 )
+from navi_desktop.pipeline.grounding import Transcript, check_candidate
 from navi_desktop.pipeline.policy import Conversation, squash
 from navi_desktop.pipeline.reconcile import Planned, Similarity, plan
-from navi_desktop.pipeline.transcript import CHUNK_CHARS, chunks, transcript_lines
+from navi_desktop.pipeline.summaries import (
+    RETRYABLE,
+    ask_field,
+    checked_profile,
+    session_summary,
+)
+from navi_desktop.pipeline.transcript import transcript_lines
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.models import Message
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
-# What can go wrong talking to a model; anything else is a bug and is raised.
-RETRYABLE = (NaviError, OSError, TimeoutError)
+__all__ = ["RETRYABLE", "EndReport", "EndSettings", "ask_field", "end_session", "refresh_profile"]
+GIVE_UP_AFTER = 3  # failed attempts after which an answer with nothing usable is accepted
+Progress = Callable[[int, int], None]  # (chunk being processed, chunks in all)
 
 
 @dataclass(frozen=True)
 class EndSettings:
     model: str
-    chunk_chars: int = CHUNK_CHARS
+    # A fixed chunk size in characters (tests, tuning); None: sized in tokens to the model.
+    chunk_chars: int | None = None
     similarity: Similarity = field(default_factory=Similarity)
-    options: dict | None = None  # passed to the model (e.g. temperature)
+    options: dict | None = None  # passed to the model over the defaults (e.g. temperature)
+    progress: Progress | None = None
 
 
 @dataclass
@@ -57,10 +74,17 @@ class EndReport:
     status: str  # "nothing", "processed" or "pending"
     reason: str | None = None
     learned: dict[str, list[int]] = field(default_factory=dict)
-    dropped: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)  # "what: why", one per candidate
+    offered: int = 0  # candidates the model proposed
+    notes: list[str] = field(default_factory=list)  # summaries left out or replaced, and why
     summary_id: int | None = None
     profile_updated: bool = False
     llm_calls: int = 0
+    chunks: int = 0
+
+    def learn(self, ids: dict[str, list[int]]) -> None:
+        for action, new in ids.items():
+            self.learned.setdefault(action, []).extend(new)
 
 
 async def end_session(
@@ -74,74 +98,176 @@ async def end_session(
     if not lines:  # only system messages: nothing to learn, move the watermark
         await store.commit_session(session_id, messages[-1].id, [], None)
         return report
+    run = _Run(store, llm, settings, report, messages)
     conversation = Conversation.of(
-        "\n".join(text for _, text in lines), (m.content for m in messages if m.role == "user")
+        "\n".join(text for _, text in lines),
+        (m.content for m in messages if m.role == "user"),
+        (m.content for m in messages if m.role == "tool"),  # never the user's instructions
     )
-    try:
-        parts = []
-        for chunk in chunks(lines, settings.chunk_chars):
-            text = "\n".join(t for _, t in chunk)
-            report.llm_calls += 1
-            answer = await llm.complete_json(
-                settings.model, extraction_messages(text), EXTRACTION_SCHEMA, settings.options
-            )
-            parts.append(parse_extraction(answer))
-        summary = await _summary(llm, parts, settings, report)
-        merged = Extraction(
-            [f for p in parts for f in p.facts], [r for p in parts for r in p.rules], summary
-        )
-        planned = await plan(store, merged, conversation=conversation, sim=settings.similarity)
-    except RETRYABLE as exc:
-        reason = str(exc) or type(exc).__name__
-        log.warning("session %s left pending: %s", session_id, reason)
-        await store.mark_pending(session_id, reason)
-        return EndReport(session_id, "pending", reason=reason, llm_calls=report.llm_calls)
-
+    said = Transcript.of(messages)
     quoted = [(m.id, squash(m.content)) for m in messages]
-    writes = [w for p in planned if (w := _write(p, session_id, quoted)) is not None]
-    report.dropped = [f"{_label(p)}: {p.reason}" for p in planned if p.action == "drop"]
-    commit = await store.commit_session(
-        session_id, messages[-1].id, writes, summary or None, first_message_id=messages[0].id
-    )
+    attempt = await _attempts(store, session_id)
+    chunks = await _chunks(llm, settings, lines, attempt)
+    report.chunks = len(chunks)
+    seen: set[tuple[str, ...]] = set()  # candidates planned in an earlier chunk of this run
+    facts_changed = False
+    for n, chunk in enumerate(chunks, start=1):
+        if settings.progress is not None:
+            settings.progress(n, len(chunks))
+        try:
+            parsed = await _extract(llm, settings, chunk, report)
+            if not parsed.usable and attempt < GIVE_UP_AFTER:
+                raise ModelOutputError(
+                    "nothing usable in the model's answer: " + "; ".join(parsed.dropped[:3])
+                )
+            kept = _grounded(parsed, said, report, seen)
+            planned = await plan(store, kept, conversation=conversation, sim=settings.similarity)
+        except RETRYABLE as exc:
+            return await run.pending(exc)
+        writes = [w for p in planned if (w := _write(p, session_id, quoted)) is not None]
+        report.dropped += [f"{_label(p)}: {p.reason}" for p in planned if p.action == "drop"]
+        run.withheld += [_said(p) for p in planned if p.action in ("hold", "repeat")]
+        run.summaries.append(parsed.extraction.summary)
+        last = n == len(chunks)
+        summary = await run.summary([*run.done, chunk]) if last else None
+        try:
+            commit = await store.commit_session(
+                session_id,
+                messages[-1].id if last else (chunk.upto or 0),
+                writes,
+                summary,
+                first_message_id=messages[0].id,
+            )
+        except (DiskFull, DiskError) as exc:  # nothing of it was saved: retried when space is back
+            return await run.pending(exc)
+        run.done.append(chunk)
+        report.learn(commit.ids)
+        report.summary_id = commit.summary_id or report.summary_id
+        facts_changed = facts_changed or commit.facts_changed
     report.status = "processed"
-    report.learned = commit.ids
-    report.summary_id = commit.summary_id
-    if commit.facts_changed:
+    if facts_changed:
         report.profile_updated = await refresh_profile(store, llm, settings, report)
     return report
 
 
-async def _summary(
-    llm: JsonModel, parts: list[Extraction], settings: EndSettings, report: EndReport
-) -> str:
-    texts = [p.summary for p in parts if p.summary]
-    if len(texts) <= 1:
-        return texts[0] if texts else ""
+@dataclass
+class _Run:
+    """One session end under way: what it has done so far, for its summary or its failure."""
+
+    store: MemoryStore
+    llm: JsonModel
+    settings: EndSettings
+    report: EndReport
+    messages: list[Message]
+    done: list[Chunk] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+    withheld: list[str] = field(default_factory=list)  # what waits for review: not summarised
+
+    async def summary(self, chunks: list[Chunk], *, merge: bool = True) -> str | None:
+        ids = {mid for chunk in chunks for mid, _ in chunk.lines}
+        text = await session_summary(
+            self.llm,
+            self.settings,
+            self.report,
+            self.summaries,
+            # The user's words and tools' output, not the assistant's: a small model's
+            # replies are where invented summaries come from.
+            sources=[t for c in chunks for _, t in c.lines if not t.startswith("Assistant:")],
+            user_texts=[m.content for m in self.messages if m.role == "user" and m.id in ids],
+            withheld=self.withheld,
+            merge=merge,
+        )
+        return await self.store.without_forgotten(text)  # forgotten: not summarised again
+
+    async def pending(self, exc: BaseException) -> EndReport:
+        """Leave the session pending with the reason; the chunks already learned from stay,
+        with a summary of them (no model call: it just failed)."""
+        report = self.report
+        reason = str(exc) or type(exc).__name__
+        log.warning("session %s left pending: %s", report.session_id, reason)
+        try:
+            if self.done and (upto := self.done[-1].upto):
+                summary = await self.summary(self.done, merge=False)
+                if summary:
+                    commit = await self.store.commit_session(
+                        report.session_id, upto, [], summary, first_message_id=self.messages[0].id
+                    )
+                    report.summary_id = commit.summary_id
+            await self.store.mark_pending(report.session_id, reason)
+        except (DiskFull, DiskError) as err:  # unsaved; the daemon retries it all the same
+            log.warning("session %s: its pending state is not saved: %s", report.session_id, err)
+        report.status, report.reason = "pending", reason
+        return report
+
+
+async def _attempts(store: MemoryStore, session_id: str) -> int:
+    """How many times processing this session failed before (each retry shrinks chunks)."""
+    async with store.db.reading():
+        value = await store.db.scalar("SELECT attempts FROM sessions WHERE id = ?", (session_id,))
+    return int(value or 0)
+
+
+async def _chunks(
+    llm: JsonModel, settings: EndSettings, lines: list[tuple[int, str]], attempt: int
+) -> list[Chunk]:
+    if settings.chunk_chars:
+        return plan_chunks(lines, max(20, settings.chunk_chars >> min(attempt, 3)), size=len)
+    lookup = getattr(llm, "context_length", None)
+    context = await lookup(settings.model) if lookup is not None else None
+    instructions = prompt_tokens(extraction_messages(""))
+    limit = chunk_tokens(context, instructions, output_tokens(EXTRACTION_SCHEMA), attempt)
+    return plan_chunks(lines, limit)
+
+
+async def _extract(
+    llm: JsonModel, settings: EndSettings, chunk: Chunk, report: EndReport
+) -> Parsed:
     report.llm_calls += 1
-    parts_text = "\n\n".join(f"Part {i}: {t}" for i, t in enumerate(texts, start=1))
-    summary = await ask_field(llm, settings, SUMMARY_MERGE_PROMPT, parts_text, MERGE_SCHEMA)
-    if not isinstance(summary, str):
-        raise ModelOutputError('summary merge must return {"summary": string}')
-    return summary.strip()
-
-
-async def ask_field(
-    llm: JsonModel, settings: EndSettings, instructions: str, material: str, schema: dict
-) -> Any:
-    """One structured request for a schema of one required field: that field's value, or None
-    when the answer is not an object."""
-    (name,) = schema["required"]
-    answer = await llm.complete_json(
-        settings.model, request(instructions, material), schema, settings.options
+    answer = await llm.complete_json_loose(
+        settings.model,
+        extraction_messages(chunk.text),
+        EXTRACTION_SCHEMA,
+        {**EXTRACT_OPTIONS, **(settings.options or {})},
     )
-    return answer.get(name) if isinstance(answer, dict) else None
+    parsed = parse_extraction(answer.value, cut=answer.cut)
+    report.offered += parsed.offered
+    report.dropped += parsed.dropped
+    return parsed
+
+
+def _grounded(
+    parsed: Parsed, said: Transcript, report: EndReport, seen: set[tuple[str, ...]]
+) -> Extraction:
+    """The candidates whose quote is the user's own words and supports them; one that an
+    earlier chunk of this run already proposed is passed over (it is not a repetition)."""
+    ex = parsed.extraction
+    facts, rules = [], []
+    for fact in ex.facts:
+        same = (normalize_key(fact.subject, fact.key), normalize(fact.value))
+        if same in seen:
+            continue
+        seen.add(same)
+        if why := check_candidate(fact.value, fact.evidence, said):
+            report.dropped.append(f"{fact.key}: {fact.value}: {why}")
+        else:
+            facts.append(fact)
+    for rule in ex.rules:
+        if ("rule", normalize(rule.instruction)) in seen:
+            continue
+        seen.add(("rule", normalize(rule.instruction)))
+        if why := check_candidate(rule.instruction, rule.evidence, said, kind="rule"):
+            report.dropped.append(f"{rule.instruction}: {why}")
+        else:
+            rules.append(rule)
+    return Extraction(facts, rules, ex.summary)
 
 
 async def refresh_profile(
     store: MemoryStore, llm: JsonModel, settings: EndSettings, report: EndReport | None = None
 ) -> bool:
     """Rewrite the profile summary from stored facts only. A failure keeps it marked stale
-    (it is retried later); the session's memories are already safe."""
+    (it is retried later); the session's memories are already safe. An answer that is not
+    grounded in the facts is replaced by the facts themselves."""
     facts, _ = await store.list_memories(kind="fact", sort="strength", limit=200)
     if not facts:
         return False
@@ -155,8 +281,18 @@ async def refresh_profile(
     except RETRYABLE as exc:
         log.warning("profile summary left stale: %s", exc)
         return False
-    await store.set_profile_summary(text.strip())
+    kept, notes = checked_profile(text.strip(), facts)
+    if report is not None:
+        report.notes += notes
+    if not kept:
+        return False
+    await store.set_profile_summary(kept)
     return True
+
+
+def _said(p: Planned) -> str:
+    c = p.candidate
+    return c.value if isinstance(c, FactCandidate) else c.instruction
 
 
 def _label(p: Planned) -> str:
@@ -177,7 +313,7 @@ def _write(p: Planned, session_id: str, quoted: list[tuple[int, str]]) -> Sessio
             subject=c.subject,
             key=c.key,
             evidence=c.evidence,
-            source=c.source,
+            source=p.source or c.source,  # as the write policy settled it
             confidence=c.confidence,
             session_id=session_id,
             message_from=span,
@@ -188,7 +324,7 @@ def _write(p: Planned, session_id: str, quoted: list[tuple[int, str]]) -> Sessio
             value=p.candidate.instruction,
             kind="rule",
             evidence=p.candidate.evidence,
-            source="conversation",
+            source=p.source or "conversation",
             session_id=session_id,
             message_from=span,
             message_to=span,

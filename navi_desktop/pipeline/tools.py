@@ -63,6 +63,10 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 TOOL_NAMES = frozenset(t["function"]["name"] for t in TOOLS)
+FORGOTTEN = (
+    "not saved: the user made Navi forget this, and only the user can bring it back, by hand"
+    " (navi memory add, or the memory inspector). Do not try to save it again."
+)
 
 
 class MemoryTools:
@@ -103,13 +107,24 @@ class MemoryTools:
             category=(category or "other") if kind == "fact" else None,
             source="user_explicit",
             session_id=self.session_id,
+            actor="assistant",  # a tool call never lifts a tombstone: only the user, by hand
         )
         if result.memory is None:
-            return {"saved": False, "reason": result.action}
+            return {"saved": False, "reason": result.action, "message": FORGOTTEN}
         self.changed.append(result.memory.id)
         return {"saved": True, "id": result.memory.id, "action": result.action}
 
     async def _memory_forget(self, id: int) -> dict[str, Any]:
+        # A short or common value matched everywhere could take unrelated text with it: that
+        # needs the user's own confirmation, where they see what would go.
+        preview = await self.store.forget_preview(int(id))
+        if preview.broad:
+            return {
+                "error": f"not forgotten: {preview.broad}, so removing it everywhere needs the"
+                f" user's confirmation. Ask the user to forget #{int(id)} in the memory"
+                f" inspector (F3), or with `navi memory forget {int(id)}`, which show where it"
+                " occurs."
+            }
         report = await self.store.forget(int(id))
         self.changed.extend(report.forgotten)
         return {"forgotten": report.forgotten}

@@ -8,6 +8,9 @@ from collections.abc import Sequence
 from navi_desktop.memory.models import Message
 
 TOOL_RESULT_LIMIT = 800  # characters of a tool result kept in the transcript
+# Characters of a reply kept (its start and end): facts come from the user's own words, and a
+# long reply only dilutes them (and tempts a small model to quote it).
+ASSISTANT_LIMIT = 600
 CHUNK_CHARS = 12_000  # about 3,000 tokens: leaves room in a small model's context
 
 
@@ -20,7 +23,7 @@ def transcript_lines(messages: Sequence[Message]) -> list[tuple[int, str]]:
             lines.append((m.id, f"User: {m.content}"))
         elif m.role == "assistant":
             if m.content.strip():
-                lines.append((m.id, f"Assistant: {m.content}"))
+                lines.append((m.id, f"Assistant: {_shorten(m.content, ASSISTANT_LIMIT)}"))
             for call in meta.get("tool_calls", []):
                 args = json.dumps(call.get("arguments", {}), ensure_ascii=False)
                 lines.append((m.id, f"[Tool call] {call.get('name', '?')}({args})"))
@@ -30,6 +33,13 @@ def transcript_lines(messages: Sequence[Message]) -> list[tuple[int, str]]:
                 text = text[:TOOL_RESULT_LIMIT] + f" … [{len(m.content) - TOOL_RESULT_LIMIT} more]"
             lines.append((m.id, f"[Tool result] {m.name or 'tool'}: {text}"))
     return lines
+
+
+def _shorten(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} … [{len(text) - 2 * half} more] … {text[-half:]}"
 
 
 def chunks(lines: list[tuple[int, str]], limit: int = CHUNK_CHARS) -> list[list[tuple[int, str]]]:

@@ -22,6 +22,7 @@ from textual.worker import Worker, WorkerState
 
 from navi_desktop.config import Settings, load_settings
 from navi_desktop.paths import Paths
+from navi_desktop.tui.keys import navi_commands, save_screenshot
 from navi_desktop.tui.link import DaemonLink, LinkState
 from navi_desktop.tui.status import Status, daemon_fields, same_model
 
@@ -44,13 +45,26 @@ class NaviApp(App[None]):
         "settings": lambda: _screen("navi_desktop.tui.settings.screen", "SettingsScreen"),
     }
     DEFAULT_MODE = "chat"
+    # Every F-key has an Alt alternative: some terminals and multiplexers swallow F-keys.
     BINDINGS = [
-        Binding("f2", "mode('chat')", "Chat", id="navi.mode.chat"),
-        Binding("f3", "mode('memory')", "Memory", id="navi.mode.memory"),
-        Binding("f4", "mode('settings')", "Settings", id="navi.mode.settings"),
-        Binding("ctrl+o", "toggle_incognito", "Incognito", id="navi.incognito"),
-        Binding("f1", "toggle_keys", "Keys", id="navi.help"),
-        Binding("ctrl+q", "quit", "Quit", id="navi.quit", priority=True),
+        Binding("f1,alt+k", "toggle_keys", "Keys", tooltip="Navi's keys", id="navi.help"),
+        Binding("f2,alt+1", "mode('chat')", "Chat", tooltip="Go to the chat", id="navi.mode.chat"),
+        Binding(
+            "f3,alt+2", "mode('memory')", "Memory", tooltip="Open the memory", id="navi.mode.memory"
+        ),
+        Binding(
+            "f4,alt+3", "mode('settings')", "Settings", tooltip="Settings", id="navi.mode.settings"
+        ),
+        Binding(
+            "ctrl+o",
+            "toggle_incognito",
+            "Incognito",
+            show=False,
+            tooltip="Start or leave an incognito chat",
+            id="navi.incognito",
+        ),
+        Binding("alt+s", "start_daemon", "Start the daemon", show=False, id="navi.daemon.start"),
+        Binding("ctrl+q", "quit", "Quit", show=False, id="navi.quit", priority=True),
     ]
 
     def __init__(
@@ -72,6 +86,7 @@ class NaviApp(App[None]):
         self.status = Status(
             profile=profile or self.settings.memory.effective_profile(),
             incognito=self.start_incognito,
+            config_errors=tuple(str(e) for e in errors),  # the banner shows them
         )
         self.status_signal: Signal[Status] = Signal(self, "status")
         self.event_signal: Signal[Event] = Signal(self, "event")
@@ -82,14 +97,11 @@ class NaviApp(App[None]):
             on_state=self._on_link_state,
             autostart=autostart,
         )
-        self._config_errors = [str(e) for e in errors]
         self._apply_ui_settings(self.settings)
 
     # -- start ---------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
-        for problem in self._config_errors:
-            self.notify(problem, title="config.toml", severity="warning", timeout=10)
         self.run_worker(self.link.run(), name="daemon link", group="link", exit_on_error=False)
 
     def _apply_ui_settings(self, settings: Settings) -> None:
@@ -105,9 +117,11 @@ class NaviApp(App[None]):
 
     def _on_link_state(self, state: LinkState) -> None:
         self.set_status(daemon=state.state, daemon_detail=state.detail)
+        self.refresh_bindings()  # "Start the daemon" applies only while it is down
         if state.state == "up":
             self.refresh_status()
             self.check_models()
+            self.check_host()
         self.event_signal.publish(("link.state", state))
 
     def _on_daemon_event(self, method: str, params: Any) -> None:
@@ -121,8 +135,16 @@ class NaviApp(App[None]):
             self.check_models()
         elif method in ("memory.changed", "session.state", "session.updated"):
             self.refresh_status()
+        elif method == "memory.scrubbed":  # a forget's scrub that waited for a reader
+            self.notify(
+                "The memory file no longer holds any copy of what you made Navi forget.",
+                title="Forgetting complete",
+                timeout=10,
+            )
         elif method == "settings.changed" and isinstance(params, dict):
             self._settings_changed(params)
+        elif method == "ollama.pull.progress" and (params or {}).get("status") == "success":
+            self.check_models()  # a pulled model clears its banner at once
         self.event_signal.publish((method, params))
 
     def _settings_changed(self, params: dict[str, Any]) -> None:
@@ -131,19 +153,46 @@ class NaviApp(App[None]):
         settings, _ = parse_settings(params.get("settings") or {}, self.settings)
         self.settings = settings
         self._apply_ui_settings(settings)
-        self.set_status(profile=self.profile or settings.memory.effective_profile())
+        self.set_status(
+            profile=self.profile or settings.memory.effective_profile(),
+            config_errors=tuple(str(e) for e in params.get("errors") or ()),
+        )
         self.refresh_status()
         self.check_models()
+        self.check_host()
 
     @work(exclusive=True, group="status", exit_on_error=False)
     async def refresh_status(self) -> None:
         """Ask the daemon for the figures on the status line (after each change it reports)."""
+        from navi_desktop.errors import CorruptDatabase
+
         try:
             daemon = await self.link.call("daemon.status")
-            stats = await self.link.memory("stats")
         except Exception:  # the link reports a lost daemon itself; figures wait for it
             return
-        self.set_status(**daemon_fields(daemon, stats))
+        fields = daemon_fields(daemon, None, self.status.profile)
+        try:
+            fields |= daemon_fields(daemon, await self.link.memory("stats"), self.status.profile)
+        except CorruptDatabase as err:  # the profile's file: the banner says what and how to fix
+            fields["profile_error"] = str(err)
+        except Exception:
+            return
+        self.set_status(**fields)
+
+    @work(exclusive=True, group="host", exit_on_error=False)
+    async def check_host(self) -> None:
+        """Whether OLLAMA_HOST here is the host the (already running) daemon uses."""
+        import os
+
+        if not os.environ.get("OLLAMA_HOST"):
+            return
+        from navi_desktop.ollama_host import host_note
+
+        try:
+            reply = await self.link.call("settings.get")
+        except Exception:  # the link reports a lost daemon itself
+            return
+        self.set_status(host_note=host_note(reply))
 
     @work(exclusive=True, group="models", exit_on_error=False)
     async def check_models(self) -> None:
@@ -172,8 +221,19 @@ class NaviApp(App[None]):
         if event.state == WorkerState.ERROR and event.worker.error is not None:
             self.report(event.worker.error, event.worker.name or "A background task")
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "start_daemon":
+            return self.status.daemon == "down"
+        return True
+
+    def action_start_daemon(self) -> None:
+        self.set_status(daemon="connecting", daemon_detail="starting the Navi daemon…")
+        self.link.start()
+
     async def action_mode(self, mode: str) -> None:
         await self.switch_mode(mode)
+        # Each mode's main field takes the keys typed next (F2: the prompt, never the list).
+        await self.screen.run_action("focus_main")
 
     async def action_toggle_incognito(self) -> None:
         if self.current_mode != "chat":
@@ -181,24 +241,30 @@ class NaviApp(App[None]):
         await self.screen.run_action("toggle_incognito")
 
     def action_toggle_keys(self) -> None:
-        if self.screen.query("HelpPanel"):
-            self.action_hide_help_panel()
+        from navi_desktop.tui.keys import KeysScreen  # with its first use
+
+        if isinstance(self.screen, KeysScreen):
+            self.screen.dismiss()
         else:
-            self.action_show_help_panel()
+            self.push_screen(KeysScreen(self.screen))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        """Every Navi binding that applies here is also a palette command."""
-        seen: set[str] = set()
-        for active in screen.active_bindings.values():
-            binding = active.binding
-            if not (binding.id or "").startswith("navi.") or binding.id in seen:
-                continue
-            if not binding.description or not active.enabled:
-                continue
-            seen.add(binding.id or "")
-            key = self.get_key_display(binding)
-            help_text = binding.tooltip or f"{binding.description} ({key})"
+        """Navi's own commands first, once each (every binding that applies here), then the
+        few of Textual's that Navi has no key for."""
+        for command in navi_commands(screen):
             yield SystemCommand(
-                binding.description, help_text, partial(active.node.run_action, binding.action)
+                command.title, command.help, partial(command.node.run_action, command.action)
             )
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title in ("Theme", "Maximize", "Minimize"):
+                yield command
+        yield SystemCommand("Screenshot", "Save an SVG picture of the screen", self.screenshot)
+
+    def screenshot(self) -> None:
+        """Into the user's downloads folder (made when missing), and say where."""
+        try:
+            path = save_screenshot(self)
+        except OSError as err:
+            self.report(err, "The screenshot")
+            return
+        self.notify(f"Screenshot saved to {path}", title="Screenshot", timeout=10)

@@ -45,3 +45,6 @@ class NaviScreen(Screen[None]):
 
     async def on_daemon(self, method: str, params: Any) -> None:
         """A daemon notification (or ``link.state``); screens override what they need."""
+
+    def action_focus_main(self) -> None:
+        """Focus the field a user of this screen types into first (F2 and friends)."""

@@ -8,25 +8,32 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-DIALOG_CSS = """
-ModalScreen { align: center middle; }
-ModalScreen > Vertical { width: 72; max-width: 90%; height: auto; border: thick $primary;
-                         background: $surface; padding: 1 2; }
-ModalScreen .title { text-style: bold; margin-bottom: 1; }
-ModalScreen .error { color: $error; height: auto; }
-ModalScreen Horizontal { height: auto; align: right middle; margin-top: 1; }
-ModalScreen Button { margin-left: 1; }
-"""
+from navi_desktop.tui.widgets.ordered import OrderedInput
 
 
-class ChoiceScreen(ModalScreen[str | None]):
-    """A question with a few answers; Esc answers ``None``."""
+class Dialog(ModalScreen[str | None]):
+    """A centred, bordered box over the dimmed app. Its CSS names this class: Textual scopes a
+    class's DEFAULT_CSS to that class, so rules on ``ModalScreen`` would never match."""
 
-    DEFAULT_CSS = DIALOG_CSS
+    DEFAULT_CSS = """
+    Dialog { align: center middle; }
+    Dialog > Vertical { width: 72; max-width: 100%; height: auto; max-height: 100%;
+                        border: thick $primary; background: $surface; padding: 1 2; }
+    Dialog .title { text-style: bold; margin-bottom: 1; }
+    Dialog .body { height: auto; max-height: 12; overflow-y: auto; }
+    Dialog .error { color: $error; height: auto; }
+    Dialog Horizontal { height: auto; align: right middle; margin-top: 1; }
+    Dialog Button { margin-left: 1; }
+    """
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
+
+
+class ChoiceScreen(Dialog):
+    """A question with a few answers; Esc answers ``None``."""
 
     def __init__(
         self, title: str, body: str, choices: list[tuple[str, str, str]], **kw: object
@@ -38,7 +45,7 @@ class ChoiceScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self._title, classes="title")
-            yield Static(self._body)
+            yield Static(self._body, classes="body")
             with Horizontal():
                 for answer, label, variant in self._choices:
                     yield Button(label, id=f"choice-{answer}", variant=variant)  # type: ignore[arg-type]
@@ -54,11 +61,25 @@ class ChoiceScreen(ModalScreen[str | None]):
 
 
 class ConfirmScreen(ChoiceScreen):
-    def __init__(self, title: str, body: str, yes: str = "Yes", danger: bool = True) -> None:
+    """Cancel (focused: the safe answer) or ``yes``; ``middle`` answers go between them (a
+    narrower way to do it, such as forgetting a memory but not every mention of it)."""
+
+    def __init__(
+        self,
+        title: str,
+        body: str,
+        yes: str = "Yes",
+        danger: bool = True,
+        middle: list[tuple[str, str, str]] | None = None,
+    ) -> None:
         super().__init__(
             title,
             body,
-            [("no", "Cancel", "default"), ("yes", yes, "error" if danger else "primary")],
+            [
+                ("no", "Cancel", "default"),
+                *(middle or []),
+                ("yes", yes, "error" if danger else "primary"),
+            ],
         )
 
 
@@ -66,11 +87,35 @@ def confirmed(answer: str | None) -> bool:
     return answer == "yes"
 
 
-class TextScreen(ModalScreen[str | None]):
-    """Ask for one line of text; ``check`` returns an error message to show inline, or None."""
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
-    DEFAULT_CSS = DIALOG_CSS
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel", show=False)]
+
+def forget_body(label: str, preview: dict) -> str:
+    """The forget dialog's text from the daemon's preview (memory.forget_preview)."""
+    lines = [label]
+    if preview.get("versions"):
+        lines.append("With its earlier versions " + ", ".join(f"#{v}" for v in preview["versions"]))
+    lines.append("")
+    everywhere, evidence = preview["everywhere"], preview["evidence"]
+    if everywhere:
+        lines.append("Everywhere, it also goes from: " + "; ".join(everywhere) + ".")
+        lines += [f"  {_clip(sample, 90)}" for sample in preview.get("samples", [])[:3]]
+        if evidence != everywhere:
+            only = "; ".join(evidence) if evidence else "nothing else"
+            lines.append(f"Only it and its evidence: {only}.")
+    else:
+        lines.append("It occurs nowhere else.")
+    if preview.get("broad") and everywhere:
+        lines.append(f"Careful: {preview['broad']}; unrelated text with that word goes too.")
+    lines.append(f"Matched as {preview['rule']}.")
+    lines.append("It will not be learned again.")
+    return escape("\n".join(lines))  # the user's text is shown as written, never as markup
+
+
+class TextScreen(Dialog):
+    """Ask for one line of text; ``check`` returns an error message to show inline, or None."""
 
     def __init__(
         self,
@@ -87,7 +132,7 @@ class TextScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self._title, classes="title")
-            yield Input(self._value, placeholder=self._placeholder, id="text")
+            yield OrderedInput(self._value, placeholder=self._placeholder, id="text")
             yield Static("", classes="error", id="error")
             with Horizontal():
                 yield Button("Cancel", id="cancel")

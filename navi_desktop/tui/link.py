@@ -20,6 +20,7 @@ from navi_desktop.paths import Paths
 
 TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
+STOPPED = "it was stopped; Alt+S starts it again (or `navi daemon start`)"
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class DaemonLink:
         self._autostart = autostart
         self._client: DaemonClient | None = None
         self.state = LinkState("connecting")
+        self._wake = asyncio.Event()
+        self._restart = False  # start() was called: the next try starts a daemon
 
     @property
     def connected(self) -> bool:
@@ -53,16 +56,19 @@ class DaemonLink:
     async def run(self) -> None:
         """Stay connected until cancelled."""
         failures = 0
+        stopped: str | None = None  # why the daemon went away, while the user has not restarted it
         while True:
             try:
-                self._client = await self._connect()
+                # A daemon that went away is not started again behind the user's back
+                # (`navi daemon stop` meant it); another one that starts is joined.
+                self._client = await self._connect(self._autostart and stopped is None)
                 await self._client.subscribe(*TOPICS)
             except NaviError as err:
-                self._set(LinkState("down", str(err)))
-                await asyncio.sleep(RETRY_S[min(failures, len(RETRY_S) - 1)])
+                self._set(LinkState("down", stopped or str(err)))
+                await self._pause(RETRY_S[min(failures, len(RETRY_S) - 1)])
                 failures += 1
                 continue
-            failures = 0
+            failures, stopped = 0, None
             self._set(LinkState("up"))
             try:
                 async for note in self._client.notifications():
@@ -71,16 +77,31 @@ class DaemonLink:
                 client, self._client = self._client, None
                 with contextlib.suppress(Exception):
                     await client.close()
-            self._set(LinkState("down", "the daemon went away; reconnecting…"))
-            await asyncio.sleep(RETRY_S[0])
+            stopped = STOPPED
+            self._set(LinkState("down", stopped))
+            await self._pause(RETRY_S[0])
 
-    async def _connect(self) -> DaemonClient:
+    async def _pause(self, seconds: float) -> None:
+        """Wait before the next try; ``start()`` cuts the wait short."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        if self._wake.is_set():
+            self._wake.clear()
+
+    def start(self) -> None:
+        """Start the daemon now (the user asked): the next try may start it."""
+        self._restart = True
+        self._wake.set()
+
+    async def _connect(self, autostart: bool) -> DaemonClient:
         from navi_desktop.daemon.main import connect
 
+        if self._restart:
+            autostart, self._restart = True, False
         return await connect(
             self.paths,
             timeout=2.0,
-            autostart=self._autostart,
+            autostart=autostart,
             on_start=lambda: self._set(LinkState("connecting", "starting the Navi daemon…")),
         )
 

@@ -9,9 +9,13 @@ from typing import Any
 Counts = Mapping[str, Mapping[str, int]]  # memory.stats "memories": kind -> status -> count
 
 
-def daemon_fields(status: dict[str, Any], stats: dict[str, Any]) -> dict[str, Any]:
-    """The ``Status`` fields that ``daemon.status`` and ``memory.stats`` answer."""
+def daemon_fields(
+    status: dict[str, Any], stats: dict[str, Any] | None, profile: str | None = None
+) -> dict[str, Any]:
+    """The ``Status`` fields that ``daemon.status`` and ``memory.stats`` answer (``stats``
+    None: the profile could not be read)."""
     ollama = status.get("ollama") or {}
+    broken = (status.get("profile_errors") or {}).get(profile) or {}
     return {
         "ollama_host": ollama.get("host"),
         "ollama_reachable": bool(ollama.get("reachable")),
@@ -19,7 +23,9 @@ def daemon_fields(status: dict[str, Any], stats: dict[str, Any]) -> dict[str, An
         "chat_model": status.get("chat_model"),
         "pending": int(status.get("pending_extractions") or 0),
         "last_failure": status.get("last_failure"),
-        "counts": stats.get("memories") or {},
+        "counts": None if stats is None else stats.get("memories") or {},
+        "config_errors": tuple(str(e) for e in status.get("config_errors") or ()),
+        "profile_error": broken.get("message"),
     }
 
 
@@ -42,6 +48,9 @@ class Status:
     last_failure: str | None = None
     profile: str | None = None
     incognito: bool = False
+    profile_error: str | None = None  # the profile's file cannot be used: why, and the fix
+    config_errors: tuple[str, ...] = ()  # config.toml's problems, with what stays in force
+    host_note: str | None = None  # this shell's OLLAMA_HOST is not the daemon's (and the fix)
 
     def count(self, status: str, kind: str | None = None) -> int:
         """Memories with this status (of this kind, or of every kind)."""
@@ -65,6 +74,10 @@ class Status:
                 "Memory and chat wait for it; check `navi daemon status`."
             )
             return out
+        if self.profile_error:  # its words name the file, what is wrong and the fix
+            out.append(f"Memory {self.profile!r} cannot be used: {self.profile_error}")
+        if self.host_note:
+            out.append(self.host_note)
         if self.ollama_reachable is False:
             # The daemon's error already names the host and the fix.
             fix = self.ollama_error or (
@@ -77,4 +90,5 @@ class Status:
                 f"Model {model!r} is not installed in Ollama. Run `ollama pull {model}` "
                 "or pull it from Settings (F4)."
             )
+        out += [f"config.toml: {problem}" for problem in self.config_errors]
         return out

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+RETIME_S = 30.0  # how often lists showing these times redraw them ("1m" must not stay "1m")
+
+
+def clock() -> datetime:
+    return datetime.now(UTC)
+
 
 def ago(iso: str | None, now: datetime | None = None) -> str:
     if not iso:
@@ -14,7 +20,7 @@ def ago(iso: str | None, now: datetime | None = None) -> str:
         return iso
     if then.tzinfo is None:
         then = then.replace(tzinfo=UTC)
-    seconds = ((now or datetime.now(UTC)) - then).total_seconds()
+    seconds = ((now or clock()) - then).total_seconds()
     if seconds < 60:
         return "now"
     if seconds < 3600:

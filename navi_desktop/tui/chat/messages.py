@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 ROLE_LABEL = {"user": "You", "assistant": "Navi"}
 
 
+def note_label(text: str) -> Label:
+    """A line under a message ("(stopped)", an error): wrapped, never cut (an error's fix
+    comes last), and shown as written (an error may hold brackets)."""
+    return Label(text, classes="note", markup=False)
+
+
 class UsedLink(Label, can_focus=True):
     """The "what did you use?" line under a reply: click it, or focus it and press Enter."""
 
@@ -46,7 +52,7 @@ class MessageView(Vertical, can_focus=True):
     MessageView Markdown { margin: 0; padding: 0; }
     UsedLink { color: $text-muted; text-style: underline; width: auto; }
     UsedLink:hover, UsedLink:focus { color: $text; background: $boost; }
-    MessageView .note { color: $text-muted; }
+    MessageView .note { color: $text-muted; width: 1fr; }
     """
     BINDINGS = [
         Binding("c", "copy", "Copy message", id="navi.message.copy"),
@@ -84,7 +90,7 @@ class MessageView(Vertical, can_focus=True):
         else:
             yield Markdown(self.text or "…")
         if self.note:
-            yield Label(self.note, classes="note")
+            yield note_label(self.note)
 
     @property
     def markdown(self) -> Markdown:
@@ -123,7 +129,7 @@ class MessageView(Vertical, can_focus=True):
         self.user_message_id = user_message_id
         self.injected = injected
         if note:
-            await self.mount(Label(note, classes="note"))
+            await self.mount(note_label(note))
         await self.add_used_link()
 
     async def add_used_link(self) -> None:

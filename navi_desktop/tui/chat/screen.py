@@ -21,7 +21,7 @@ from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.sessions import SessionsPane, short
 from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
-from navi_desktop.tui.export import export_here
+from navi_desktop.tui.export import export_to
 
 NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
 
@@ -35,27 +35,41 @@ class ChatScreen(NaviScreen):
     ChatScreen #transcript { height: 1fr; padding: 1 1 0 1; }
     ChatScreen.-incognito #transcript { background: $error 8%; }
     ChatScreen.-incognito Prompt { border: round $error; }
+    ChatScreen.-narrow SessionsPane { display: none; }
+    ChatScreen.-narrow.-show-sessions SessionsPane { display: block; }
+    ChatScreen.-hide-sessions SessionsPane { display: none; }
     """
+    # Below 100 columns the sessions list hides itself (Ctrl+B shows it).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    # F-keys have Alt alternatives (some terminals swallow F-keys). None is a priority
+    # binding: those run ahead of keys typed before them.
     BINDINGS = [
         Binding("escape", "cancel", "Stop reply", id="navi.chat.cancel"),
         Binding("ctrl+n", "new_session", "New session", id="navi.chat.new"),
-        Binding("ctrl+r", "regenerate", "Regenerate", id="navi.chat.regenerate"),
-        Binding("f5", "used", "What did you use?", id="navi.chat.used"),
-        Binding("f6", "copy_reply", "Copy reply", id="navi.chat.copy", show=False, priority=True),
+        Binding("ctrl+b", "toggle_sessions", "Sessions", id="navi.chat.sessions"),
+        Binding("ctrl+r", "regenerate", "Regenerate", id="navi.chat.regenerate", show=False),
+        Binding("alt+m", "switch_model", "Switch chat model", id="navi.chat.model", show=False),
+        Binding("f5,alt+u", "used", "What did you use?", id="navi.chat.used"),
+        Binding("f6,alt+c", "copy_reply", "Copy reply", id="navi.chat.copy", show=False),
         Binding(
             "ctrl+f", "search_sessions", "Search sessions", id="navi.sessions.search", show=False
         ),
         Binding(
-            "f7",
-            "rename_session",
-            "Rename session",
-            id="navi.sessions.rename",
-            show=False,
-            priority=True,
+            "f7,alt+r", "rename_session", "Rename session", id="navi.sessions.rename", show=False
         ),
-        Binding("f8", "delete_session", "Delete session", id="navi.sessions.delete", show=False),
-        Binding("f9", "export_session", "Export session", id="navi.sessions.export", show=False),
-        Binding("f10", "end_session", "Learn from session now", id="navi.sessions.end", show=False),
+        Binding(
+            "f8,alt+d", "delete_session", "Delete session", id="navi.sessions.delete", show=False
+        ),
+        Binding(
+            "f9,alt+e", "export_session", "Export session", id="navi.sessions.export", show=False
+        ),
+        Binding(
+            "f10,alt+l",
+            "end_session",
+            "Learn from session now",
+            id="navi.sessions.end",
+            show=False,
+        ),
     ]
 
     def __init__(self) -> None:
@@ -182,6 +196,8 @@ class ChatScreen(NaviScreen):
                 self.navi.report(err, "The reply")
         else:
             self.reply = None
+            if self.navi.status.missing_models:  # it answered: the model may be there now
+                self.navi.check_models()
             await reply.finish(
                 result.get("reply", ""),
                 user_message_id=result.get("user_message_id"),
@@ -235,12 +251,36 @@ class ChatScreen(NaviScreen):
 
     # -- sessions ------------------------------------------------------------------------------
 
+    def action_focus_main(self) -> None:
+        self.query_one(Prompt).focus()
+
+    @property
+    def sessions_shown(self) -> bool:
+        if self.has_class("-narrow"):
+            return self.has_class("-show-sessions")
+        return not self.has_class("-hide-sessions")
+
+    def show_sessions(self, shown: bool) -> None:
+        narrow = self.has_class("-narrow")
+        self.set_class(shown and narrow, "-show-sessions")
+        self.set_class(not shown and not narrow, "-hide-sessions")
+        if not shown and self.sessions.has_focus_within:
+            self.query_one(Prompt).focus()
+
+    def action_toggle_sessions(self) -> None:
+        self.show_sessions(not self.sessions_shown)
+        if self.sessions_shown:
+            self.query_one("#sessions").focus()
+
     def action_search_sessions(self) -> None:
+        self.show_sessions(True)
         self.query_one("#session-search").focus()
 
     @on(SessionsPane.Picked)
     async def _picked(self, event: SessionsPane.Picked) -> None:
         await self.action_open_session(event.session_id)
+        if self.has_class("-narrow"):  # the list was over the chat: make room again
+            self.show_sessions(False)
 
     async def action_open_session(self, session_id: str) -> None:
         if self.reply is not None:
@@ -334,7 +374,7 @@ class ChatScreen(NaviScreen):
                     severity="warning",
                 )
             elif any(learned.values()) or not quiet:
-                self.notify(f"Session ended: {_learned_text(learned)}")
+                self.notify(f"Session ended: {_learned_text(learned)}{_dropped_text(report)}")
 
     def action_end_session(self) -> None:
         if self.session_id is not None and not self.incognito:
@@ -382,20 +422,44 @@ class ChatScreen(NaviScreen):
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_export_session(self) -> None:
-        if self.session_id is None or self.incognito:
+        session_id = self.session_id
+        if session_id is None or self.incognito:
             return
+        title = self.sessions.title_of(session_id) or session_id
+
+        async def markdown() -> str:
+            reply = await self.navi.link.call("sessions.export", {"id": session_id})
+            return str(reply["markdown"])
+
         try:
-            reply = await self.navi.link.call("sessions.export", {"id": self.session_id})
+            path = await export_to(
+                self.app, "this session", f"navi-session-{_slug(title)}.md", markdown
+            )
         except Exception as err:
             self.navi.report(err, "Exporting the session")
             return
-        title = self.sessions.title_of(self.session_id) or self.session_id
+        if path is not None:
+            self.notify(f"Exported to {path}")
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_switch_model(self) -> None:
+        from navi_desktop.tui.chat.models import ModelPicker  # with its first use
+
         try:
-            path = await export_here(f"navi-session-{_slug(title)}.md", reply["markdown"])
-        except OSError as err:
-            self.navi.report(err, "Writing the export")
+            reply = await self.navi.link.call("ollama.models")
+        except Exception as err:
+            self.navi.report(err, "Listing the models")
             return
-        self.notify(f"Exported to {path}")
+        current = self.navi.settings.ollama.chat_model
+        chosen = await self.app.push_screen_wait(ModelPicker(reply.get("models") or [], current))
+        if chosen is None or chosen == current:
+            return
+        try:
+            await self.navi.link.call("settings.set", {"changes": {"ollama.chat_model": chosen}})
+        except Exception as err:
+            self.navi.report(err, "Switching the model")
+            return
+        self.notify(f"Chat model: {chosen}, from the next message on")
 
     # -- incognito -----------------------------------------------------------------------------
 
@@ -465,6 +529,16 @@ def _learned_text(learned: dict[str, list[int]]) -> str:
     kept = sum(len(ids) for action, ids in learned.items() if action != "held")
     text = f"{kept} {'memory' if kept == 1 else 'memories'} learned"
     return f"{text}, {held} to review in Memory → Inbox" if held else text
+
+
+def _dropped_text(report: dict[str, Any]) -> str:
+    """ "; dropped 2 of 7: empty attribute; quote is the assistant's words" (reasons, once)."""
+    dropped = report.get("dropped") or []
+    if not dropped:
+        return ""
+    reasons = list(dict.fromkeys(d.rsplit(": ", 1)[-1] for d in dropped))
+    offered = max(report.get("offered") or 0, len(dropped))
+    return f"; dropped {len(dropped)} of {offered}: " + "; ".join(reasons[:3])
 
 
 def _slug(title: str) -> str:

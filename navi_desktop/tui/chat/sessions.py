@@ -12,7 +12,9 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
+from navi_desktop.tui import timefmt
 from navi_desktop.tui.timefmt import ago
+from navi_desktop.tui.widgets.ordered import OrderedInput
 
 
 def short(text: str | None) -> str | None:
@@ -45,9 +47,10 @@ class SessionsPane(Vertical):
         super().__init__(**kw)
         self.sessions: list[dict[str, Any]] = []
         self.current: str | None = None
+        self._shown: list[dict[str, Any]] = []  # the sessions listed now
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="Search sessions", id="session-search")
+        yield OrderedInput(placeholder="Search sessions", id="session-search")
         yield OptionList(id="sessions")
 
     @work(exclusive=True, group="sessions", exit_on_error=False)
@@ -61,7 +64,20 @@ class SessionsPane(Vertical):
         shown = self.sessions
         if query:
             shown = await self._matching(query)
+        self._fill(shown)
+
+    def on_mount(self) -> None:
+        self.set_interval(timefmt.RETIME_S, self._retime)
+
+    def _retime(self) -> None:
+        """Redraw the rows' times ("now" becomes "5m") without asking the daemon again."""
+        if self._shown:
+            self._fill(self._shown)
+
+    def _fill(self, shown: list[dict[str, Any]]) -> None:
+        self._shown = shown
         options = self.query_one("#sessions", OptionList)
+        highlighted = options.highlighted
         options.clear_options()
         for s in shown:
             text = Text(label(s) or "New chat", overflow="ellipsis", no_wrap=True)
@@ -70,7 +86,8 @@ class SessionsPane(Vertical):
             options.add_option(Option(text, id=s["id"]))
         ids = [s["id"] for s in shown]
         if ids:
-            options.highlighted = ids.index(self.current) if self.current in ids else 0
+            place = highlighted if highlighted is not None and highlighted < len(ids) else 0
+            options.highlighted = ids.index(self.current) if self.current in ids else place
 
     async def _matching(self, query: str) -> list[dict[str, Any]]:
         """Sessions whose title holds the words, then those whose messages match them."""

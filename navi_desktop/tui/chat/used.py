@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from navi_desktop.tui.dialogs import ConfirmScreen, confirmed
+from navi_desktop.tui.dialogs import ConfirmScreen, confirmed, forget_body
 from navi_desktop.tui.widgets.footer import Footer
 
 REASONS = {
@@ -101,18 +101,26 @@ class UsedScreen(ModalScreen[None]):
         if inj is None:
             return
         memory = inj.get("memory") or {}
+        link = self.app.link  # type: ignore[attr-defined]
+        try:  # where else it occurs, shown before anything goes
+            preview = await link.memory("forget_preview", inj["memory_id"])
+        except Exception as err:
+            self.app.report(err, "Looking up where it occurs")  # type: ignore[attr-defined]
+            return
+        narrower = preview["evidence"] != preview["everywhere"]
         answer = await self.app.push_screen_wait(
             ConfirmScreen(
                 "Forget this memory?",
-                f"{memory_line(memory)}\n\nIt is removed everywhere, with its history, and will "
-                "not be learned again from old conversations.",
-                yes="Forget",
+                forget_body(memory_line(memory), preview),
+                yes="Forget everywhere" if narrower else "Forget",
+                middle=[("evidence", "Only it and its evidence", "warning")] if narrower else None,
             )
         )
-        if not confirmed(answer):
+        if not confirmed(answer) and answer != "evidence":
             return
+        scope = "evidence" if answer == "evidence" else "everywhere"
         try:
-            await self.app.link.memory("forget", inj["memory_id"])  # type: ignore[attr-defined]
+            await link.memory("forget", inj["memory_id"], scope=scope)
         except Exception as err:
             self.app.report(err, "Forgetting")  # type: ignore[attr-defined]
             return

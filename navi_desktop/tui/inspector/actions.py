@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 from textual import work
 
-from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
-from navi_desktop.tui.export import export_here
+from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed, forget_body
+from navi_desktop.tui.export import export_to
 from navi_desktop.tui.inspector.lists import clip
 
 if TYPE_CHECKING:
@@ -68,42 +68,53 @@ class MemoryActions:
     @work(exclusive=True, group="inspector-action", exit_on_error=False)
     async def action_forget(self) -> None:
         memory = self.current
-        if memory is None:
-            return
-        answer = await self.app.push_screen_wait(
-            ConfirmScreen(
-                "Forget this memory?",
-                f"{describe(memory)}\n\nIt is removed everywhere, with its earlier versions, "
-                "history and evidence quotes, and will not be learned again.",
-                yes="Forget",
-            )
-        )
-        if confirmed(answer):
-            await self._forget(memory, "Forgotten")
+        if memory is not None:
+            await self._ask_forget(memory, "Forget this memory?", "Forget", "Forgotten")
 
     @work(exclusive=True, group="inspector-action", exit_on_error=False)
     async def action_reject(self) -> None:
         memory = self.current
-        if memory is None:
+        if memory is not None:
+            await self._ask_forget(memory, "Reject this candidate?", "Reject", "Rejected")
+
+    async def _ask_forget(self, memory: Memory, title: str, verb: str, done: str) -> None:
+        """Show where else the memory occurs (the daemon's preview), then forget it in the
+        scope the user picks: everywhere, or only the memory and its evidence."""
+        try:
+            preview = await self.navi.link.memory("forget_preview", memory["id"])
+        except Exception as err:
+            self.navi.report(err, "Looking up where it occurs")
             return
+        narrower = preview["evidence"] != preview["everywhere"]
         answer = await self.app.push_screen_wait(
             ConfirmScreen(
-                "Reject this candidate?",
-                f"{describe(memory)}\n\nNavi forgets it and will not learn it again.",
-                yes="Reject",
+                title,
+                forget_body(describe(memory), preview),
+                yes=f"{verb} everywhere" if narrower else verb,
+                middle=[("evidence", "Only it and its evidence", "warning")] if narrower else None,
             )
         )
         if confirmed(answer):
-            await self._forget(memory, "Rejected")
+            await self._forget(memory, done, "everywhere")
+        elif answer == "evidence":
+            await self._forget(memory, f"{done}; other mentions kept", "evidence")
 
-    async def _forget(self, memory: Memory, done: str) -> None:
+    async def _forget(self, memory: Memory, done: str, scope: str) -> None:
         try:
-            report = await self.navi.link.memory("forget", memory["id"])
+            report = await self.navi.link.memory("forget", memory["id"], scope=scope)
         except Exception as err:
             self.navi.report(err, "Forgetting")
             return
         self.forget_locally(report.get("forgotten") or [memory["id"]])
         self.notify(done)
+        if report.get("scrub_pending"):
+            self.notify(
+                f"The memory file still holds an old copy: {report['scrub_pending']}. Navi"
+                " removes it as soon as that reader closes.",
+                title="Forgetting",
+                severity="warning",
+                timeout=15,
+            )
 
     @work(exclusive=True, group="inspector-action", exit_on_error=False)
     async def action_edit(self) -> None:
@@ -176,10 +187,14 @@ class MemoryActions:
 
     @work(exclusive=True, group="inspector-export", exit_on_error=False)
     async def action_export(self) -> None:
+        async def markdown() -> str:
+            return str(await self.navi.link.memory("export_markdown"))
+
+        name = export_name(self.navi.status.profile or "default")
         try:
-            text = await self.navi.link.memory("export_markdown")
-            path = await export_here(export_name(self.navi.status.profile or "default"), text)
+            path = await export_to(self.app, "the whole memory", name, markdown)
         except Exception as err:
             self.navi.report(err, "Exporting memory")
             return
-        self.notify(f"Memory exported to {path}", title="Export", timeout=10)
+        if path is not None:
+            self.notify(f"Memory exported to {path}", title="Export", timeout=10)

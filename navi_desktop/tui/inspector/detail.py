@@ -34,23 +34,70 @@ def show_value(value: Any) -> str:
     return text if len(text) <= CHANGE_CHARS else text[: CHANGE_CHARS - 1] + "…"
 
 
+ACTORS = {
+    "user": "you",
+    "extraction": "Navi, from a conversation",
+    "decay": "Navi, as it faded",
+    "system": "Navi",
+    "forget": "forgetting",
+    "import": "an import",
+}
+FIELD_NAMES = {"value": "value", "key": "key", "category": "category", "subject": "subject"}
+
+
+def by_whom(actor: str) -> str:
+    return ACTORS.get(actor, actor)
+
+
 def change(entry: dict[str, Any]) -> str:
-    """What one history entry changed (old → new), in a line."""
-    if entry["action"] == "create":
-        return ""
+    """One history entry as a person would say it: "pinned by you", "value changed from "tea"
+    to "green tea"", "replaces #4". Unchanged fields and internal names stay out."""
+    action, who = entry["action"], by_whom(entry["actor"])
     old, new = entry.get("old") or {}, entry.get("new") or {}
-    parts = []
-    for name in [*old, *(k for k in new if k not in old)]:
-        if name in old and name in new:
-            parts.append(f"{name}: {show_value(old[name])} → {show_value(new[name])}")
-        elif name in new:
-            parts.append(f"{name}: {show_value(new[name])}")
-        else:
-            parts.append(f"{name}: {show_value(old[name])} → —")
-    return "; ".join(parts)
+    if action == "create":
+        return f"learned from {who}" if who != "you" else "added by you"
+    if action in ("pin", "unpin"):
+        return f"{action}ned by {who}"
+    if action == "accept":
+        return f"accepted by {who} after review"
+    if action == "restore":
+        return f"restored by {who}"
+    if action == "archive":
+        why = "it faded from disuse" if entry["actor"] == "decay" else new.get("reason")
+        return "archived" + (f": {why}" if why else f" by {who}")
+    if action == "strengthen":
+        said = new.get("mentions")
+        text = f"mentioned again ({said} times now)" if said else "mentioned again"
+        return text + (", which confirmed it" if new.get("status") == "active" else "")
+    if action == "supersedes":
+        return f"replaces #{new.get('supersedes')}"
+    if action == "superseded":
+        return f"replaced by #{new.get('superseded_by')}"
+    if action == "import":
+        return "imported" + (f" (was #{new['from_id']})" if new.get("from_id") else "")
+    if action in ("edit", "rewrite"):
+        parts = [
+            f"{FIELD_NAMES.get(k, k)} changed from “{show_value(old.get(k))}” to "
+            f"“{show_value(new.get(k))}”"
+            for k in new
+            if old.get(k) != new.get(k)
+        ]
+        verb = "by you" if action == "edit" else "when something was forgotten"
+        return "; ".join(parts) + f" ({verb})" if parts else f"edited by {who}"
+    if action == "redact":
+        return "text removed when something was forgotten"
+    return f"{action} by {who}"
 
 
-def facts_table(memory: Memory) -> Table:
+def earlier_value(history: list[dict[str, Any]] | None) -> str | None:
+    """The value the evidence quote was said about, when the value was edited since."""
+    for entry in history or []:
+        if entry["action"] in ("edit", "rewrite") and "value" in (entry.get("old") or {}):
+            return str(entry["old"]["value"])
+    return None
+
+
+def facts_table(memory: Memory, history: list[dict[str, Any]] | None = None) -> Table:
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(ratio=1)
@@ -64,7 +111,13 @@ def facts_table(memory: Memory) -> Table:
     if memory.get("review_reason"):
         grid.add_row("To review", Text(memory["review_reason"], style="yellow"))
     if memory.get("evidence"):
-        grid.add_row("Evidence", Text(f"“{memory['evidence']}”", style="italic"))
+        evidence = Text(f"“{memory['evidence']}”", style="italic")
+        if (earlier := earlier_value(history)) is not None:
+            # The quote supported the value as it was, not the edited one.
+            evidence = Text.assemble(
+                (f"of the earlier value “{show_value(earlier)}”: ", "dim"), evidence
+            )
+        grid.add_row("Evidence", evidence)
     source = memory["source"]
     if memory.get("session_id"):
         source += f" · session {memory['session_id'][:SHORT_ID]} (j opens it)"
@@ -86,10 +139,7 @@ def history_table(history: list[dict[str, Any]]) -> Table:
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(ratio=1)
     for entry in history:
-        what = Text(f"{entry['action']} by {entry['actor']}")
-        if changed := change(entry):
-            what.append(f"\n{changed}", style="dim")
-        grid.add_row(when(entry["at"]), what)
+        grid.add_row(when(entry["at"]), Text(change(entry)))
     return grid
 
 
@@ -99,7 +149,7 @@ def render(memory: Memory, history: list[dict[str, Any]] | None) -> RenderableTy
         (f" · {memory['category']}" if memory.get("category") else "", "dim"),
     )
     parts: list[RenderableType] = [title, Text(memory["value"], style="bold"), Text()]
-    parts.append(facts_table(memory))
+    parts.append(facts_table(memory, history))
     parts += [Text(), Text("History", style="bold")]
     if history is None:
         parts.append(Text("Loading…", style="dim"))
@@ -121,10 +171,19 @@ class DetailPane(VerticalScroll):
 
     content: RenderableType = ""  # what the pane shows now (tests read it)
 
+    shown: tuple[Memory, list[dict[str, Any]] | None] | None = None
+
     def show(self, memory: Memory, history: list[dict[str, Any]] | None = None) -> None:
+        self.shown = (memory, history)
         self._update(render(memory, history))
 
+    def retime(self) -> None:
+        """Redraw "just now" and "5m ago" as time moves on."""
+        if self.shown is not None:
+            self._update(render(*self.shown))
+
     def message(self, text: str) -> None:
+        self.shown = None
         self._update(Text(text, style="dim italic"))
 
     def _update(self, content: RenderableType) -> None:

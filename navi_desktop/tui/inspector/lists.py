@@ -56,6 +56,7 @@ class MemoryList(OptionList):
         super().__init__(id=f"list-{tab.id}", **kw)  # type: ignore[arg-type]
         self.tab = tab
         self.memories: dict[int, Memory] = {}
+        self.note: str | None = None  # the line under the rows ("Showing 50 of 80.")
 
     @property
     def current(self) -> Memory | None:
@@ -70,6 +71,7 @@ class MemoryList(OptionList):
         place = self.highlighted
         self.clear_options()
         self.memories = {m["id"]: m for m in memories}
+        self.note = note
         if not memories:
             self.add_option(Option(Text(note or self.tab.empty, style="dim italic"), disabled=True))
             return
@@ -80,6 +82,11 @@ class MemoryList(OptionList):
             self.highlighted = self.get_option_index(str(current["id"]))
         else:
             self._highlight_near(place or 0)
+
+    def retime(self) -> None:
+        """Redraw the rows, whose times ("5m") have moved on."""
+        if self.memories:
+            self.show(list(self.memories.values()), self.note)
 
     def message(self, text: str) -> None:
         """An empty list that says why (no daemon, a failed load)."""

@@ -17,6 +17,7 @@ from textual.containers import Horizontal
 from textual.widgets import Input, Label, OptionList, Select, Switch, TabbedContent, TabPane
 
 from navi_desktop.daemon.client import RemoteNotFound
+from navi_desktop.tui import timefmt
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.inspector.actions import MemoryActions
 from navi_desktop.tui.inspector.data import CATEGORIES, TAB_BY_ID, TABS, Memory, Query, Tab, fetch
@@ -24,6 +25,7 @@ from navi_desktop.tui.inspector.data import counts as tab_counts
 from navi_desktop.tui.inspector.detail import DetailPane
 from navi_desktop.tui.inspector.lists import MemoryList
 from navi_desktop.tui.status import Status
+from navi_desktop.tui.widgets.ordered import OrderedInput
 
 SEARCH_DELAY_S = 0.2  # wait for a pause in typing before asking the daemon
 
@@ -49,7 +51,14 @@ class InspectorScreen(MemoryActions, NaviScreen):
         Binding("E", "edit_accept", "Edit & accept", id="navi.memory.edit_accept"),
         Binding("x", "reject", "Reject", id="navi.memory.reject"),
         Binding("j", "open_session", "Open session", id="navi.memory.open_session", show=False),
-        Binding("ctrl+e", "export", "Export", id="navi.memory.export", show=False),
+        # F9 / Alt+E as in the chat (Ctrl+E is "end of line" in the search field).
+        Binding("f9,alt+e", "export", "Export memory", id="navi.memory.export", show=False),
+        *(
+            Binding(
+                str(n), f"tab({tab.id!r})", tab.title, id=f"navi.memory.tab.{tab.id}", show=False
+            )
+            for n, tab in enumerate(TABS, start=1)
+        ),
     ]
 
     def __init__(self) -> None:
@@ -59,7 +68,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="filters"):
-            yield Input(placeholder="Search memory…  ( / )", id="search")
+            yield OrderedInput(placeholder="Search memory…  ( / )", id="search")
             yield Select(
                 [(c.capitalize(), c) for c in CATEGORIES], prompt="All categories", id="category"
             )
@@ -74,6 +83,21 @@ class InspectorScreen(MemoryActions, NaviScreen):
 
     def on_mount(self) -> None:
         self.query_one("#list-facts", MemoryList).focus()
+        self.set_interval(timefmt.RETIME_S, self.retime)
+
+    def retime(self) -> None:
+        """Times shown relative to now ("5m ago") are redrawn as now moves on."""
+        if self.is_current:
+            self.memory_list.retime()
+            self.query_one(DetailPane).retime()
+
+    def action_focus_main(self) -> None:
+        self.memory_list.focus()
+
+    def action_tab(self, tab_id: str) -> None:
+        """1-4: the Facts, Inbox, Episodes and Rules tabs."""
+        self.query_one(TabbedContent).active = tab_id
+        self.memory_list.focus()
 
     def on_screen_resume(self) -> None:
         if self.dirty:

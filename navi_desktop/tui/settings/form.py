@@ -27,6 +27,7 @@ from navi_desktop.tui.settings.fields import (
     to_widget,
 )
 from navi_desktop.tui.settings.models import ModelNote
+from navi_desktop.tui.widgets.ordered import OrderedInput
 
 
 class FieldRow(Vertical):
@@ -40,6 +41,7 @@ class FieldRow(Vertical):
     FieldRow .control > Switch { border: none; padding: 0 1; height: 1; }
     FieldRow .control > Button { margin-left: 1; }
     FieldRow .help { width: 1fr; color: $text-muted; padding-left: 2; }
+    FieldRow .help-below { display: none; color: $text-muted; margin-left: 22; }
     FieldRow .error, FieldRow .extra { margin-left: 22; }
     FieldRow .error { color: $error; display: none; }
     FieldRow .error.-shown { display: block; }
@@ -57,6 +59,8 @@ class FieldRow(Vertical):
             with Horizontal(classes="control"):
                 yield from self._controls
             yield Static(self.field.help, classes="help")
+        # On a narrow screen the help goes under the field, not into a sliver beside it.
+        yield Static(self.field.help, classes="help-below")
         yield Static("", id=f"{self.field.widget_id}-error", classes="error")
         for extra in self._extras:
             extra.add_class("extra")
@@ -96,7 +100,7 @@ class SettingsForm(VerticalScroll):
             return [Select(options, id=wid, compact=True, allow_blank=False)]
         if field.kind == MODEL:
             return [Select[str]([], id=wid, compact=True)]
-        widgets: list[Widget] = [Input(placeholder=field.placeholder, id=wid, compact=True)]
+        widgets: list[Widget] = [OrderedInput(placeholder=field.placeholder, id=wid, compact=True)]
         if field.key == "ollama.host":
             widgets.append(Button("Test connection", id="test", compact=True))
         return widgets

@@ -12,20 +12,48 @@ from textual.widgets import Button, ProgressBar, Select, Static
 
 from navi_desktop.tui.status import same_model
 
+Model = dict[str, Any]  # one entry of ``ollama.models``: name, size, family, capabilities
+# What a field's model must be able to do, by the Select's id.
+NEEDS = {"f-ollama-chat-model": "completion", "f-ollama-embedding-model": "embedding"}
 
-def model_options(installed: list[str] | None, current: str) -> list[tuple[str, str]]:
-    """(label, value) pairs: the installed models, with ``current`` among them always, so a
-    model that is not installed (or a list Ollama could not give) still shows what is set."""
+
+def can(model: Model, need: str | None) -> bool:
+    """Whether ``model`` does ``need``; a server that names no capabilities is trusted."""
+    capabilities = model.get("capabilities")
+    return need is None or capabilities is None or need in capabilities
+
+
+def describe(model: Model) -> str:
+    """ "llama3.2 · llama 3.2B · 2.0 GB": what tells models apart in a picker."""
+    details = [model.get("family"), model.get("parameter_size")]
+    size = model.get("size")
+    parts = [" ".join(str(d) for d in details if d)]
+    if isinstance(size, int) and size > 0:
+        parts.append(f"{size / 1e9:.1f} GB")
+    return " · ".join([str(model.get("name")), *(p for p in parts if p)])
+
+
+def model_options(
+    installed: list[Model] | None, current: str, need: str | None = None
+) -> list[tuple[str, str]]:
+    """(label, value) pairs: the installed models that can do ``need`` (an embedding-only
+    model cannot chat: it would fail only when a message is sent), with ``current`` among them
+    always, so a model that is not installed (or a list Ollama could not give) still shows
+    what is set."""
     if installed is None:
         return [(current, current)]
     options: list[tuple[str, str]] = []
     found = False
-    for name in installed:
+    for model in installed:
+        name = str(model.get("name"))
         if current and same_model(name, current):
-            options.append((current, current))  # the name as set: no change to save
+            label = describe({**model, "name": current})
+            if not can(model, need):
+                label += f" (cannot do {need})"
+            options.append((label, current))  # the name as set: no change to save
             found = True
-        else:
-            options.append((name, name))
+        elif can(model, need):
+            options.append((describe(model), name))
     if current and not found:
         options.insert(0, (f"{current} (not installed)", current))
     return options
@@ -54,7 +82,8 @@ class ModelNote(Horizontal):
     def __init__(self, select_id: str) -> None:
         super().__init__(id=f"{select_id}-note")
         self.select_id = select_id
-        self.installed: list[str] | None = None  # None: not known (Ollama down or not asked)
+        self.installed: list[Model] | None = None  # None: not known (Ollama down or not asked)
+        self.need = NEEDS.get(select_id)
         self.host = ""
         self.list_error: str | None = None
         self.pulling: str | None = None  # the model being pulled now
@@ -80,13 +109,13 @@ class ModelNote(Horizontal):
         self._current = value
         self._fill(value)
 
-    def set_models(self, installed: list[str] | None, host: str, error: str | None) -> None:
+    def set_models(self, installed: list[Model] | None, host: str, error: str | None) -> None:
         self.installed, self.host, self.list_error = installed, host, error
         self._fill(self.value or self._current)
 
     def _fill(self, value: str) -> None:
         select = self.select
-        select.set_options(model_options(self.installed, value))
+        select.set_options(model_options(self.installed, value, self.need))
         if value:
             select.value = value
         self.update_note()
@@ -94,7 +123,7 @@ class ModelNote(Horizontal):
     def is_installed(self, name: str) -> bool | None:
         if self.installed is None:
             return None
-        return any(same_model(m, name) for m in self.installed)
+        return any(same_model(str(m.get("name")), name) for m in self.installed)
 
     def update_note(self) -> None:
         """Say what is wrong with the chosen model, if anything, and offer the pull."""

@@ -47,7 +47,10 @@ class SettingsScreen(NaviScreen):
     SettingsScreen #empty { display: none; color: $text-muted; padding: 1 2; }
     SettingsScreen.-empty #empty { display: block; }
     SettingsScreen.-empty SettingsForm { display: none; }
+    SettingsScreen.-narrow FieldRow .line .help { display: none; }
+    SettingsScreen.-narrow FieldRow .help-below { display: block; }
     """
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # help under or beside fields
     BINDINGS = [
         Binding("ctrl+s", "save", "Save settings", id="navi.settings.save"),
         Binding("escape,ctrl+z", "revert", "Revert changes", id="navi.settings.revert"),
@@ -256,12 +259,12 @@ class SettingsScreen(NaviScreen):
         """List the models installed on the host in the form (it may not be saved yet)."""
         valid, host = self._host()
         asked = host if valid else None
-        installed: list[str] | None = None
+        installed: list[dict[str, Any]] | None = None
         error: str | None = None
         where = asked or ""
         try:
             reply = await self.navi.link.call("ollama.models", {"host": asked} if asked else {})
-            installed = [str(m.get("name")) for m in reply.get("models") or []]
+            installed = list(reply.get("models") or [])
             where = reply.get("host") or where
         except Exception as err:  # Ollama down: the pickers keep the current value
             error = str(err)
@@ -293,3 +296,4 @@ class SettingsScreen(NaviScreen):
         # The progress notifications wait in this screen's queue: end after them, not before.
         self.call_next(note.pull_ended, None)
         self.call_next(self.refresh_models)
+        self.navi.check_models()  # the banner and the status line follow the new list

@@ -19,35 +19,52 @@ class StatusLine(Static):
         self.show(self.app.status)  # type: ignore[attr-defined]
 
     def show(self, status: Status) -> None:
+        self._last = status
         self.set_class(status.incognito, "-incognito")
-        self.update(render_status(status))
+        self.update(render_status(status, self.size.width or self.app.size.width))
+
+    def on_resize(self) -> None:
+        if hasattr(self, "_last"):
+            self.show(self._last)
 
 
-def render_status(s: Status) -> Text:
+def render_status(s: Status, width: int = 1000) -> Text:
+    """The status as it fits ``width``: the details go first (the host, then words, then a
+    daemon that answers), the profile and incognito stay."""
+    for short in range(4):
+        text = Text(" │ ").join(_parts(s, short))
+        if text.cell_len <= width - 2:  # the line's padding
+            break
+    return text
+
+
+def _parts(s: Status, short: int) -> list[Text]:
     parts: list[Text] = []
     if s.incognito:
         parts.append(Text(" INCOGNITO ", style="bold reverse"))
     daemon = {"up": ("daemon ●", "green"), "down": ("daemon ✕", "red")}.get(
         s.daemon, ("daemon …", "yellow")
     )
-    parts.append(Text(daemon[0], style=daemon[1]))
+    if s.daemon != "up" or short < 3:  # a daemon that answers goes without saying
+        parts.append(Text(daemon[0], style=daemon[1]))
     if s.ollama_reachable is None:
         parts.append(Text("ollama …"))
     else:
         mark, style = ("●", "green") if s.ollama_reachable else ("✕", "red")
-        parts.append(Text.assemble((f"ollama {mark} ", style), s.ollama_host or ""))
+        host = "" if short else s.ollama_host or ""
+        parts.append(Text.assemble((f"ollama {mark}", style), f" {host}" if host else ""))
     if s.chat_model:
         parts.append(Text(s.chat_model, style="red" if s.chat_model in s.missing_models else ""))
     if s.memories is not None:
-        held = f" ({s.held} to review)" if s.held else ""
+        held = (f" (+{s.held})" if short > 1 else f" ({s.held} to review)") if s.held else ""
         noun = "memory" if s.memories == 1 else "memories"
         parts.append(Text(f"{s.memories} {noun}{held}"))
     if s.pending:
-        why = f": {s.last_failure}" if s.last_failure else ""
+        why = f": {s.last_failure}" if s.last_failure and not short else ""
         parts.append(Text(f"{s.pending} pending{why}", style="yellow"))
     if s.profile:
         parts.append(Text(f"profile {s.profile}"))
-    return Text(" │ ").join(parts)
+    return parts
 
 
 class Banner(Static):

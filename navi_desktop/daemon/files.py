@@ -1,0 +1,116 @@
+"""The daemon's own files in its private folders: the lock, the log and the socket.
+
+Every file is opened without following a link (``O_NOFOLLOW``) and checked after opening
+(a regular file, the user's own, one name only), so nothing planted at these paths is ever
+written through. Only a stale socket of the user's own is ever removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import socket
+import stat
+from pathlib import Path
+
+from navi_desktop.errors import NaviError
+from navi_desktop.paths import UnsafePath
+
+log = logging.getLogger(__name__)
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
+def kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def open_private_file(path: Path, flags: int) -> int:
+    """Open (creating it 0600 if missing) a file of the daemon's and return the descriptor.
+
+    Refused with :class:`UnsafePath` naming the path: a symbolic link, anything but a
+    regular file, another user's file, or a file with other hard links. A looser mode is
+    tightened to 0600 through the descriptor."""
+    try:
+        # O_NONBLOCK: a named pipe planted here must not hang the open.
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(_refusal(path, f"is a symbolic link (to {_target(path)})")) from None
+        raise UnsafePath(f"cannot open {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePath(_refusal(path, f"is {kind(st.st_mode)}, not a regular file"))
+        if st.st_uid != os.geteuid():
+            raise UnsafePath(
+                _refusal(path, f"belongs to uid {st.st_uid}, not to you (uid {os.geteuid()})")
+            )
+        if st.st_nlink != 1:
+            raise UnsafePath(_refusal(path, f"has {st.st_nlink} names (hard links)"))
+        if stat.S_IMODE(st.st_mode) != 0o600:
+            os.fchmod(fd, 0o600)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _target(path: Path) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return "?"
+
+
+def _refusal(path: Path, problem: str) -> str:
+    return (
+        f"refusing {path}: it {problem}; Navi never writes through such a file:"
+        " remove it and start again"
+    )
+
+
+def clear_socket_path(path: Path) -> None:
+    """Make room for the daemon's socket at ``path``: nothing there, or a stale socket of
+    the user's own (nothing listens on it), which is removed. Anything else is refused with
+    one line and left as it is: a live daemon's socket, another user's socket, a file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise UnsafePath(
+            f"refusing to replace {path}: it is {kind(st.st_mode)}, not a socket; Navi removes"
+            " only its own stale socket: move it away and start again"
+        )
+    if st.st_uid != os.geteuid():
+        raise UnsafePath(
+            f"refusing to replace {path}: it is a socket of uid {st.st_uid}, not yours"
+            f" (uid {os.geteuid()}): remove it and start again"
+        )
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(os.fspath(path))
+    except (ConnectionRefusedError, FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        log.info("removed the stale socket %s", path)
+        return
+    except OSError as exc:
+        raise NaviError(f"cannot check the existing socket {path}: {exc.strerror or exc}") from exc
+    finally:
+        probe.close()
+    raise NaviError(f"another daemon is already listening on {path}")

@@ -1,0 +1,134 @@
+"""Profiles that cannot be opened, and giving a profile's file back (restore).
+
+One profile's trouble is that profile's error: its calls get the error, the daemon and the
+other profiles go on. A profile whose file is damaged, foreign, unreadable or too new stays
+in that error state, without its file being opened again, until the file changes (a
+restore, a chmod, a newer Navi): then the next call tries again. A full disk or an I/O
+error at open is not a state: the next call simply tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.daemon.method_params import ProfileParams
+from navi_desktop.daemon.params import takes, text
+from navi_desktop.errors import InvalidInput, NaviError, ProfileError
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.service import Service
+
+log = logging.getLogger(__name__)
+Signature = tuple[Any, ...]
+
+
+def _signature(path: Path) -> Signature:
+    """What changes when the file, its WAL or its folder's permissions change."""
+    parts: list[Any] = []
+    for p in (path, path.with_name(path.name + "-wal"), path.parent):
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            parts.append(("missing", exc.errno))
+            continue
+        parts.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode))
+    return tuple(parts)
+
+
+class ProfileErrors:
+    """The last failed open of each profile, with the state of its file then."""
+
+    def __init__(self) -> None:
+        self._errors: dict[str, tuple[NaviError, Signature]] = {}
+
+    def check(self, profile: str, path: Path) -> None:
+        """Raise the profile's error again while its file is as it was when it failed."""
+        entry = self._errors.get(profile)
+        if entry is None:
+            return
+        error, signature = entry
+        if isinstance(error, ProfileError) and signature == _signature(path):
+            raise type(error)(str(error))  # a new instance: tracebacks do not pile up on one
+        self._errors.pop(profile, None)
+
+    def record(self, profile: str, path: Path, error: NaviError) -> None:
+        if profile not in self._errors:
+            log.warning("profile %s cannot be opened: %s", profile, error)
+        self._errors[profile] = (error, _signature(path))
+
+    def clear(self, profile: str) -> None:
+        self._errors.pop(profile, None)
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        """For ``daemon.status``: each profile in an error state, its kind and message."""
+        return {
+            profile: {"kind": type(error).__name__, "message": str(error)}
+            for profile, (error, _) in sorted(self._errors.items())
+        }
+
+
+async def restore(service: Service, profile: str, backup: Path) -> dict[str, Any]:
+    """Replace the profile's file with a checked copy of ``backup`` (restore.py), its store
+    closed meanwhile and opened again after; the current file is kept beside it. Calls on the
+    profile made meanwhile wait for the new store (they never see the file half-swapped).
+    Refused while a reply or a session end is running."""
+    from navi_desktop.memory.restore import restore_file
+    from navi_desktop.memory.store import MemoryStore
+
+    path = service.paths.profile_db(profile)
+    if any(key[0] == profile for key in service._ending) or service._turns:
+        raise InvalidInput(
+            "a reply or a session end is running; restore when it is done (or cancel it)"
+        )
+    if profile in service._opening:  # an open under way finishes first
+        with contextlib.suppress(NaviError):
+            await asyncio.shield(service._opening[profile])
+    outcome: dict[str, Any] = {}
+    old = service._stores.pop(profile, None)
+    for key in [k for k in service._timers if k[0] == profile]:
+        service._timers.pop(key).cancel()  # those sessions belong to the file being replaced
+
+    async def swap() -> MemoryStore:
+        if old is not None:
+            await old.close()
+        try:
+            outcome["done"] = await asyncio.to_thread(restore_file, backup, path)
+        except Exception as exc:  # the old file stays; it is opened again
+            outcome["error"] = exc
+        return await MemoryStore.open(path, embedder=service._embedder())
+
+    service._opening[profile] = asyncio.ensure_future(swap())  # what store() waits for
+    service.profile_errors.clear(profile)
+    with contextlib.suppress(NaviError):  # a file that does not open is its error state
+        await service.store(profile)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["done"].to_dict()
+
+
+# -- RPC ---------------------------------------------------------------------------------------
+
+
+class ProfileRestore(ProfileParams):
+    file: text(4096, what="a file path")  # type: ignore[valid-type]
+
+
+def handlers(service: Service) -> dict[str, Any]:
+    return {"profile.restore": partial(_restore_method, service)}
+
+
+@takes(ProfileRestore)
+async def _restore_method(service: Service, params: ProfileRestore, peer: Any) -> dict[str, Any]:
+    """``profile.restore {file, profile?}``: the profile's file replaced by a backup."""
+    profile = service.profile(params.profile)
+    result = await restore(service, profile, Path(params.file).expanduser())
+    await service.broadcast(
+        "memory", "memory.changed", {"profile": profile, "method": "profile.restore"}
+    )
+    return result

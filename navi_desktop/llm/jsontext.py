@@ -1,0 +1,82 @@
+"""Reading JSON out of what a model wrote: prose around it, or an answer cut off mid-way.
+
+Stdlib only. With ``format`` Ollama's grammar rules out prose, but not every server applies
+it, and ``num_predict`` can still cut an answer short: then the items that were complete
+are kept and the cut one is not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+_DECODER = json.JSONDecoder()
+_CLOSE = {"{": "}", "[": "]"}
+
+
+@dataclass(frozen=True)
+class Found:
+    value: Any
+    prose: bool = False  # text around the JSON was ignored
+    cut: bool = False  # the JSON was incomplete; only whole items were kept
+
+
+def find_json(text: str, *, salvage: bool = False) -> Found | None:
+    """The JSON value in ``text``: the whole text, else the first object or array in it (text
+    before and after ignored), else — with ``salvage`` — the longest complete prefix of a cut
+    object, closed. None when there is none."""
+    stripped = text.strip()
+    try:
+        return Found(json.loads(stripped))
+    except json.JSONDecodeError:
+        pass
+    start = next((i for i, ch in enumerate(text) if ch in "{["), None)
+    if start is None:
+        return None
+    try:
+        value, _ = _DECODER.raw_decode(text, start)
+        return Found(value, prose=True)
+    except json.JSONDecodeError:
+        pass
+    if not salvage:
+        return None
+    closed = _close_prefix(text, start)
+    if closed is None:
+        return None
+    return Found(closed, prose=bool(text[:start].strip()), cut=True)
+
+
+def _close_prefix(text: str, start: int) -> Any:
+    """Cut ``text`` after the last complete value inside the outer container and close what
+    is still open; the longest such prefix that parses."""
+    stack: list[str] = []
+    ends: list[tuple[int, str]] = []  # (index after a closing bracket, closers still needed)
+    in_string = escaped = False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "{[":
+            stack.append(_CLOSE[ch])
+        elif ch in "}]":
+            if not stack:
+                break
+            stack.pop()
+            if not stack:
+                break  # the outer value was complete: raw_decode would have taken it
+            ends.append((i + 1, "".join(reversed(stack))))
+    for end, closers in reversed(ends[-200:]):
+        try:
+            return json.loads(text[start:end] + closers)
+        except json.JSONDecodeError:
+            continue
+    return None

@@ -1,0 +1,121 @@
+"""Exceptions from the ``ollama`` client and ``httpx`` as one-line :class:`LLMError` s that say
+what to do; nothing from those libraries reaches Navi's callers. (The backend, the one module
+that imports ``ollama``, hands over its error class.)"""
+
+from __future__ import annotations
+
+import socket
+from types import TracebackType
+from typing import Any, Protocol
+
+import httpx
+
+from navi_desktop.llm.errors import (
+    LLMError,
+    ModelMissing,
+    OllamaError,
+    OllamaTimeout,
+    OllamaUnreachable,
+    ToolsUnsupported,
+    one_line,
+)
+
+
+class Where(Protocol):
+    """The server a call went to (the backend)."""
+
+    host: str
+    connect_timeout: float
+    response_error: type[Exception]  # ollama.ResponseError
+
+
+class Translate:
+    """A ``with`` block whose client, HTTP and timeout exceptions leave as :class:`LLMError`."""
+
+    def __init__(self, where: Where, operation: str, model: str | None, seconds: float) -> None:
+        self.where = where
+        self.operation = operation
+        self.model = model
+        self.seconds = seconds
+
+    def __enter__(self) -> Translate:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if not isinstance(exc, Exception) or isinstance(exc, LLMError):
+            return False  # includes CancelledError and GeneratorExit: those pass untouched
+        mapped = translate(exc, self.where, self.operation, self.model, self.seconds)
+        if mapped is None:
+            return False
+        raise mapped from exc
+
+
+def translate(
+    exc: Exception, where: Where, operation: str, model: str | None, seconds: float
+) -> LLMError | None:
+    """The :class:`LLMError` for a client, HTTP or timeout exception; None for anything else
+    (a bug, raised as it is)."""
+    host = where.host
+    if isinstance(exc, httpx.ConnectTimeout):
+        return OllamaUnreachable(host, f"no answer within {where.connect_timeout:g} s")
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return OllamaTimeout(host, operation, seconds)
+    if isinstance(exc, ConnectionError | httpx.ConnectError):
+        return OllamaUnreachable(host, _connect_reason(exc))
+    if isinstance(exc, where.response_error):
+        return _server_error(exc, operation, model)
+    if isinstance(exc, httpx.HTTPStatusError):
+        code = exc.response.status_code
+        return OllamaError(
+            f"{host} answered HTTP {code} to {operation} — is it an Ollama server?", code
+        )
+    if isinstance(exc, httpx.TransportError):
+        detail = one_line(str(exc) or type(exc).__name__, 120)
+        return OllamaError(
+            f"lost the connection to Ollama at {host} during {operation} ({detail})"
+            " — is it still running?"
+        )
+    if isinstance(exc, ValueError) and getattr(exc, "title", "Response").endswith("Response"):
+        # A reply that is not JSON or lacks required fields. (A pydantic error about any
+        # other model, e.g. Message, is the caller's own malformed input: a bug.)
+        detail = one_line(str(exc), 120)
+        return OllamaError(f"Ollama at {host} sent a malformed reply to {operation}: {detail}")
+    return None
+
+
+def _server_error(exc: Any, operation: str, model: str | None) -> LLMError:
+    message = one_line(str(exc.error), 240)
+    lowered = message.lower()
+    status = exc.status_code
+    if model and "does not support tools" in lowered:
+        return ToolsUnsupported(model)
+    if model and status == 404 and "not found" in lowered and "model" in lowered:
+        return ModelMissing(model)
+    if status == -1:  # an {"error": ...} line in the middle of a stream
+        return OllamaError(f"Ollama failed during {operation}: {message}")
+    return OllamaError(f"Ollama refused {operation}: {message} (HTTP {status})", status)
+
+
+def _connect_reason(exc: BaseException) -> str:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return "connection refused"
+    if any(isinstance(e, socket.gaierror) for e in chain):
+        return "unknown host name"
+    blob = " ".join(str(e) for e in chain).lower()
+    if "refused" in blob:
+        return "connection refused"
+    if any(s in blob for s in ("name or service", "nodename nor servname", "getaddrinfo")):
+        return "unknown host name"
+    if "unreachable" in blob:
+        return "network unreachable"
+    return "connection failed"

@@ -1,0 +1,155 @@
+"""Telling a full disk, an I/O error, a file the user cannot read and a damaged file apart.
+
+SQLite reports a full disk as SQLITE_FULL, but an I/O error while growing a file (the WAL,
+its index) on a full disk as SQLITE_IOERR: an I/O error with almost no free space left is
+taken as a full disk. Neither is damage, so neither message ever advises moving the file
+aside; a damaged file's message points to ``navi memory doctor``, which checks it first.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from navi_desktop.errors import (
+    DiskError,
+    DiskFull,
+    NaviError,
+    ProfileDamaged,
+    ProfileUnreadable,
+)
+
+# SQLite's primary result codes (the low byte of an extended one).
+SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT = 3, 8, 10, 11
+SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 13, 14, 26
+# An I/O error with less free space than this is a full disk (a WAL frame, a page, an index).
+LOW_SPACE_BYTES = 4 << 20
+
+
+def free_bytes(folder: Path) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def megabytes(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e6:.1f}"
+
+
+def profile_option(path: Path) -> str:
+    """`` --profile NAME`` for a file at ``<data>/profiles/NAME/memory.db``, else ''."""
+    path = Path(path)
+    if path.name == "memory.db" and path.parent.parent.name == "profiles":
+        return f" --profile {path.parent.name}"
+    return ""
+
+
+def damage_fix(path: Path) -> str:
+    """What to do about a file SQLite found damaged: check it (the doctor runs the integrity
+    check before saying anything else), or go back to the latest backup."""
+    from navi_desktop.memory.backup import latest_backup  # a leaf module; avoids a cycle
+
+    option = profile_option(path)
+    fix = f"run `navi memory doctor{option}` to check it and recover what can be read"
+    latest = latest_backup(path)
+    if latest is not None:
+        fix += f", or go back to the latest backup: `navi memory restore {latest}{option}`"
+    return fix
+
+
+def damaged(path: Path, what: str) -> ProfileDamaged:
+    error = ProfileDamaged(f"{path} is damaged ({what}); it was left untouched: {damage_fix(path)}")
+    error.what = what  # type: ignore[attr-defined]  # for the doctor, which has its own fix
+    return error
+
+
+def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
+    folder = Path(path).parent
+    free = f"disk full: {megabytes(free_bytes(folder))} MB free in {folder}"
+    if opening:
+        return DiskFull(
+            f"{free}; {Path(path).name} cannot be opened (SQLite needs room for its log) and was"
+            " not changed: free some space and it opens again"
+        )
+    return DiskFull(
+        f"{free}; this change was not saved and everything saved before is intact; free some"
+        " space and Navi writes again by itself"
+    )
+
+
+def unreadable(path: Path, reason: str) -> ProfileUnreadable:
+    path = Path(path)
+    error = ProfileUnreadable(
+        f"cannot use {path}: {reason}; it was left untouched: give your user read and write"
+        f" access to it and its folder (e.g. `chmod u+rw {path}` and `chmod u+rwx {path.parent}`)"
+    )
+    error.what = reason  # type: ignore[attr-defined]
+    return error
+
+
+def _code(exc: BaseException) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF
+    text = str(exc).lower()  # errors raised without a code (the module's own)
+    for needle, primary in (
+        ("disk is full", SQLITE_FULL),
+        ("disk i/o error", SQLITE_IOERR),
+        ("malformed", SQLITE_CORRUPT),
+        ("not a database", SQLITE_NOTADB),
+        ("readonly database", SQLITE_READONLY),
+        ("unable to open", SQLITE_CANTOPEN),
+    ):
+        if needle in text:
+            return primary
+    return None
+
+
+def translate(exc: BaseException, path: Path, *, opening: bool = False) -> NaviError | None:
+    """The error to report for ``exc``, met while using (``opening``) the file at ``path``;
+    None when it is not about the file or the disk (a constraint, a bug: the caller re-raises
+    it as it is)."""
+    path = Path(path)
+    if isinstance(exc, NaviError):
+        return exc
+    if isinstance(exc, OSError) and not hasattr(exc, "sqlite_errorcode"):
+        return _translate_os(exc, path, opening)
+    code = _code(exc)
+    if code == SQLITE_FULL:
+        return disk_full(path, opening=opening)
+    if code == SQLITE_IOERR:
+        free = free_bytes(path.parent)
+        if free is not None and free < LOW_SPACE_BYTES:
+            return disk_full(path, opening=opening)
+        return DiskError(
+            f"the disk reported an I/O error using {path} ({exc}); this change was not saved:"
+            " check the disk (free space, `dmesg`), then try again"
+        )
+    if code in (SQLITE_CORRUPT, SQLITE_NOTADB):
+        return damaged(path, str(exc))
+    if code in (SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN):
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            return unreadable(path, f"its folder {path.parent} is not writable")
+        return unreadable(path, str(exc))
+    return None
+
+
+def os_failure(exc: OSError, path: Path, *, opening: bool = False) -> NaviError:
+    """The error to report for an OS error met using ``path`` (never None, unlike translate)."""
+    return _translate_os(exc, Path(path), opening)
+
+
+def _translate_os(exc: OSError, path: Path, opening: bool) -> NaviError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full(path, opening=opening)
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        where = exc.filename or path
+        return unreadable(path, f"permission denied on {where}")
+    if exc.errno == errno.EROFS:
+        return unreadable(path, "it is on a read-only file system")
+    if exc.errno == errno.EISDIR:
+        return unreadable(path, "it is a folder, not a file")
+    return DiskError(f"cannot use {path}: {exc.strerror or exc}; check the disk, then try again")

@@ -1,0 +1,127 @@
+"""Looking at a profile's file before anything may write to it.
+
+A file that is not ours, not whole, not readable or written by a newer Navi is refused
+here, with the reason and the fix, before a writing connection opens it: such a connection
+would create the WAL beside it, switch its journal mode, or run migrations on it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import urllib.parse
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlean
+
+from navi_desktop.errors import NaviError, ProfileForeign
+from navi_desktop.memory.failures import damaged, os_failure, translate, unreadable
+
+# PRAGMA application_id marks the file as ours ("NAVI"), so a foreign SQLite file is never touched.
+APPLICATION_ID = 0x4E415649
+SQLITE_HEADER = b"SQLite format 3\x00"
+HEADER_BYTES = 100
+
+SchemaCheck = Callable[[sqlean.Connection, Path], None]
+
+
+def wal_path(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def check_file(path: Path) -> int:
+    """Refuse a file that exists but is not a whole SQLite file we may read and write; returns
+    its size (0: absent or empty, a new memory). Reads at most its first 100 bytes."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return 0
+    except PermissionError:
+        raise unreadable(path, f"permission denied on its folder {path.parent}") from None
+    except OSError as exc:
+        raise os_failure(exc, path) from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise unreadable(path, "it is a folder, not a memory file")
+    if not stat.S_ISREG(st.st_mode):
+        raise unreadable(path, "it is not a regular file")
+    if st.st_size == 0:
+        return 0
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(HEADER_BYTES)
+    except PermissionError:
+        raise unreadable(path, _denied(st)) from None
+    except OSError as exc:
+        raise os_failure(exc, path) from exc
+    if not os.access(path, os.R_OK | os.W_OK):
+        raise unreadable(path, _denied(st))
+    if len(head) < HEADER_BYTES and SQLITE_HEADER.startswith(head[:16]):
+        raise damaged(path, f"truncated to {st.st_size} bytes")
+    if head[:16] != SQLITE_HEADER:
+        raise damaged(path, f"it is not a SQLite database: {_looks_like(head)}")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    header_valid = head[24:28] == head[92:96] and pages > 0
+    wal = wal_path(path)
+    has_wal = wal.exists() and wal.stat().st_size > 0
+    # With a WAL, the file may lag behind its header until the next checkpoint.
+    if header_valid and not has_wal and st.st_size < pages * page_size:
+        raise damaged(
+            path, f"truncated: {st.st_size} of the {pages * page_size} bytes its header announces"
+        )
+    return st.st_size
+
+
+def _denied(st: os.stat_result) -> str:
+    return f"permission denied (mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})"
+
+
+def _looks_like(head: bytes) -> str:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "its first bytes are not SQLite's (overwritten?)"
+    if all(ch.isprintable() or ch.isspace() for ch in text):
+        return "it holds text"
+    return "its first bytes are not SQLite's (overwritten?)"
+
+
+def read_only(path: Path, *, check_same_thread: bool = True) -> sqlean.Connection:
+    """A connection that cannot write ``path`` nor create anything beside it: immutable when no
+    WAL exists (nothing else has the file open in WAL mode), else read-only through the WAL."""
+    uri = "file:" + urllib.parse.quote(str(Path(path).absolute()))
+    mode = "mode=ro" if wal_path(path).exists() else "mode=ro&immutable=1"
+    conn = sqlean.connect(
+        f"{uri}?{mode}", uri=True, isolation_level=None, check_same_thread=check_same_thread
+    )
+    conn.row_factory = sqlean.Row
+    return conn
+
+
+def probe(path: Path, check: SchemaCheck | None = None) -> None:
+    """Read the file's schema without writing: refuse a foreign file, one a newer Navi wrote
+    (``check``), or one SQLite finds malformed. A thread's work (blocking)."""
+    try:
+        conn = read_only(path)
+    except sqlean.Error as exc:
+        raise _failure(exc, path) from exc
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        has_tables = conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0]
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and has_tables):
+            raise ProfileForeign(
+                f"{path} is a SQLite database but not a Navi memory file; it was left untouched:"
+                " use another profile (--profile NAME), or move that file to where it belongs"
+            )
+        if check is not None:
+            check(conn, path)
+    except sqlean.Error as exc:
+        raise _failure(exc, path) from exc
+    finally:
+        conn.close()
+
+
+def _failure(exc: sqlean.Error, path: Path) -> NaviError:
+    return translate(exc, path, opening=True) or damaged(path, str(exc))

@@ -1,0 +1,363 @@
+"""The scrub behind forgetting: every copy of a value in every table, then in the file's bytes.
+
+``_plan_scrub`` finds, for a ``Matcher`` (matching.py), every place the value occurs: messages
+(text and metadata such as tool-call arguments), session titles and retry reasons, other
+memories (summaries, reflections, facts, rules), history rows, the profile summary and other
+metadata, and entities. ``_apply_scrub`` redacts them in place and re-indexes what changed.
+``_purge_free_space`` then merges the full-text indexes, refreshes planner samples that could
+hold old index keys, and folds the write-ahead log into the file. When another program holds
+the file open for reading, that last step cannot finish: the scrub is recorded as pending (ids
+and times only, never text) and retried until it can (``retry_scrubs``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.memory.clock import now_iso
+from navi_desktop.memory.matching import MARKER, Matcher, needle_form
+from navi_desktop.memory.models import Memory
+from navi_desktop.memory.textproc import normalize_key
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+PENDING_KEY = "pending_scrubs"
+BUSY_MS = 5000  # the connection's usual wait for a lock (db.py)
+FORGET_WAIT_MS = 2000  # how long a forget waits for readers before it leaves the scrub pending
+RETRY_WAIT_MS = 250  # each later attempt: short, it holds the store's lock meanwhile
+WAITING = "another program is reading the memory file (a backup, a database browser?)"
+_MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
+_SUMMARY_KINDS = ("episode", "reflection")
+
+
+@dataclass
+class ScrubCounts:
+    """Where a scrub changes something, by place."""
+
+    messages: int = 0
+    sessions: int = 0  # the sessions those messages belong to
+    titles: int = 0
+    summaries: int = 0
+    reflections: int = 0
+    memories: int = 0  # other facts and rules, redacted in place
+    also_forgotten: list[int] = field(default_factory=list)  # same value: forgotten too
+    history: int = 0
+    entities: int = 0
+    profile_summary: bool = False
+
+    def lines(self) -> list[str]:
+        """The places in words, for a preview or a report ("4 messages in 3 sessions")."""
+        out = []
+
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        if self.messages:
+            out.append(
+                n(self.messages, "message", "messages")
+                + f" in {n(self.sessions, 'session', 'sessions')}"
+            )
+        if self.titles:
+            out.append(n(self.titles, "session title", "session titles"))
+        if self.summaries:
+            out.append(n(self.summaries, "session summary", "session summaries"))
+        if self.reflections:
+            out.append(n(self.reflections, "reflection", "reflections"))
+        if self.profile_summary:
+            out.append("the profile summary")
+        if self.memories:
+            out.append(n(self.memories, "other memory", "other memories") + " (redacted)")
+        if self.also_forgotten:
+            ids = ", ".join(f"#{i}" for i in self.also_forgotten)
+            out.append(
+                f"{n(len(self.also_forgotten), 'memory', 'memories')} with the same value"
+                f" ({ids}), forgotten too"
+            )
+        if self.history:
+            out.append(n(self.history, "history row", "history rows") + " of other memories")
+        if self.entities:
+            out.append(n(self.entities, "entity name", "entity names"))
+        return out
+
+
+@dataclass
+class ScrubPlan:
+    """Every change a scrub makes; computed and applied in one transaction."""
+
+    messages: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+    following: set[int] = field(default_factory=set)  # their next messages: context re-indexed
+    sessions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    memories: dict[int, dict[str, Any]] = field(default_factory=dict)
+    also_forgotten: list[Any] = field(default_factory=list)  # rows
+    history: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
+    entities: list[int] = field(default_factory=list)
+    samples: list[str] = field(default_factory=list)
+    counts: ScrubCounts = field(default_factory=ScrubCounts)
+
+
+def _candidates(matcher: Matcher, columns: tuple[str, ...], *, json: bool = False):
+    """A WHERE clause that keeps every row the matcher could match in ``columns`` and skips
+    most others in SQLite, so a large profile's rows do not all travel to Python. Only for
+    ASCII anchors (SQLite's lower() folds ASCII only): any row with other characters, or
+    with JSON escapes, is kept for the full match."""
+    if not matcher.anchors or not all(a.isascii() for a in matcher.anchors):
+        return "1", []
+    parts: list[str] = []
+    params: list[Any] = []
+    anchors = list(dict.fromkeys(matcher.anchors))
+    for column in columns:
+        text = f"coalesce({column}, '')"
+        folded = f"lower({text})"
+        if any("'" in a for a in anchors):  # matching reads a backtick as an apostrophe
+            folded = f"replace({folded}, '`', '''')"
+        parts += [f"instr({folded}, ?) > 0" for _ in anchors]
+        params += anchors
+        # Not ASCII: more bytes than characters (far faster than a GLOB character class).
+        parts.append(f"length(CAST({text} AS BLOB)) != length({text})")
+        if json:
+            parts.append(f"instr({text}, '\\u') > 0")
+    return "(" + " OR ".join(parts) + ")", params
+
+
+class ScrubOps:
+    async def _plan_scrub(
+        self: MemoryStore,
+        matcher: Matcher,
+        skip: set[int],
+        same_values: set[str],
+        *,
+        samples: int = 0,
+    ) -> ScrubPlan:
+        """Find every occurrence (call inside a transaction or ``reading()``). ``skip``: the
+        memories being forgotten (they go whole); ``same_values``: normalised values whose
+        other memories are forgotten with them rather than redacted."""
+        plan = ScrubPlan()
+        if not matcher:
+            return plan
+
+        def sample(text: str | None, where: str) -> None:
+            if len(plan.samples) < samples and text and (cut := matcher.snippet(text)):
+                plan.samples.append(f"{where}: {cut}")
+
+        await self._plan_messages(matcher, plan, sample)
+        where, params = _candidates(matcher, ("title", "pending_reason"))
+        for row in await self.db.fetchall(
+            f"SELECT id, title, pending_reason FROM sessions WHERE {where}", params
+        ):
+            title, n = matcher.redact(row["title"])
+            reason, m = matcher.redact(row["pending_reason"])
+            if n or m:
+                sample(row["title"], "session title")
+                plan.sessions[row["id"]] = (title, reason)
+                plan.counts.titles += bool(n)
+        where, params = _candidates(matcher, _MEMORY_COLUMNS)
+        for row in await self.db.fetchall(f"SELECT * FROM memories WHERE {where}", params):
+            if row["id"] in skip:
+                continue
+            if same_values and needle_form(row["value"]) in same_values:
+                plan.also_forgotten.append(row)
+                plan.counts.also_forgotten.append(row["id"])
+                continue
+            changes = {}
+            for column in _MEMORY_COLUMNS:
+                new, n = matcher.redact(row[column])
+                if n:
+                    changes[column] = new
+            if changes:
+                kind = row["kind"]
+                sample(row["value"], kind)
+                plan.memories[row["id"]] = changes
+                if kind == "episode":
+                    plan.counts.summaries += 1
+                elif kind == "reflection":
+                    plan.counts.reflections += 1
+                else:
+                    plan.counts.memories += 1
+        gone = skip | {r["id"] for r in plan.also_forgotten}
+        where, params = _candidates(matcher, ("old", "new"), json=True)
+        for row in await self.db.fetchall(
+            f"SELECT id, memory_id, old, new FROM memory_history WHERE {where}", params
+        ):
+            if row["memory_id"] in gone:
+                continue
+            old, n = matcher.redact_json(row["old"], ensure_ascii=False)
+            new, m = matcher.redact_json(row["new"], ensure_ascii=False)
+            if n or m:
+                plan.history[row["id"]] = (old, new)
+        plan.counts.history = len(plan.history)
+        for row in await self.db.fetchall(
+            "SELECT key, value FROM meta WHERE key NOT IN ('tombstone_key', ?)", (PENDING_KEY,)
+        ):
+            new, n = matcher.redact(row["value"])
+            if n:
+                sample(row["value"], row["key"].replace("_", " "))
+                plan.meta[row["key"]] = new or ""
+                plan.counts.profile_summary |= row["key"] == "profile_summary"
+        for row in await self.db.fetchall("SELECT id, name, norm FROM entities"):
+            if matcher.spans(row["name"]) or matcher.spans(row["norm"]):
+                plan.entities.append(row["id"])
+        plan.counts.entities = len(plan.entities)
+        return plan
+
+    async def _plan_messages(self: MemoryStore, matcher: Matcher, plan: ScrubPlan, sample) -> None:
+        where, params = _candidates(matcher, ("content",))
+        meta_where, meta_params = _candidates(matcher, ("meta",), json=True)
+        rows = await self.db.fetchall(
+            "SELECT id, session_id, role, content, meta FROM messages"
+            f" WHERE {where} OR {meta_where} ORDER BY id",
+            [*params, *meta_params],
+        )
+        sessions: set[str] = set()
+        for row in rows:
+            content, n = matcher.redact(row["content"])
+            meta, m = matcher.redact_json(row["meta"])
+            if n or m:
+                sample(row["content"] if n else row["meta"], f"{row['role']} message")
+                plan.messages[row["id"]] = (content or "", meta)
+                sessions.add(row["session_id"])
+        for mid in plan.messages:  # the next message's index quotes this one as context
+            following = await self.db.scalar(
+                "SELECT id FROM messages WHERE session_id = (SELECT session_id FROM messages"
+                " WHERE id = ?) AND id > ? ORDER BY id LIMIT 1",
+                (mid, mid),
+            )
+            if following is not None:
+                plan.following.add(following)
+        plan.following -= set(plan.messages)
+        plan.counts.messages = len(plan.messages)
+        plan.counts.sessions = len(sessions)
+
+    async def _apply_scrub(self: MemoryStore, plan: ScrubPlan) -> None:
+        """Write a plan's changes and re-index what they touched (inside a transaction)."""
+        await self.db.executemany(
+            "UPDATE messages SET content = ?, meta = ? WHERE id = ?",
+            [(content, meta, mid) for mid, (content, meta) in plan.messages.items()],
+        )
+        for mid in sorted({*plan.messages, *plan.following}):
+            await self._reindex_message(mid)
+        await self.db.executemany(
+            "UPDATE sessions SET title = ?, pending_reason = ? WHERE id = ?",
+            [(title, reason, sid) for sid, (title, reason) in plan.sessions.items()],
+        )
+        for memory_id, changes in plan.memories.items():
+            row = await self._row(memory_id)
+            merged = {c: row[c] for c in _MEMORY_COLUMNS} | changes
+            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
+            await self.db.execute(
+                "UPDATE memories SET value = ?, evidence = ?, subject = ?, key = ?, norm_key = ?,"
+                " updated_at = ? WHERE id = ?",
+                (
+                    merged["value"],
+                    merged["evidence"],
+                    merged["subject"],
+                    merged["key"],
+                    norm_key,
+                    now_iso(),
+                    memory_id,
+                ),
+            )
+            await self._unindex_memory(memory_id)
+            await self._index_memory(await self._row(memory_id))
+            # Only the places are recorded, never the text that went.
+            await self._history(memory_id, "redact", "forget", new={"redacted": sorted(changes)})
+        await self.db.executemany(
+            "UPDATE memory_history SET old = ?, new = ? WHERE id = ?",
+            [(old, new, hid) for hid, (old, new) in plan.history.items()],
+        )
+        for key, value in plan.meta.items():
+            await self._set_meta(key, value)
+        if plan.entities:
+            marks = ",".join("?" * len(plan.entities))
+            await self.db.execute(f"DELETE FROM entities WHERE id IN ({marks})", plan.entities)
+
+    # -- the file's bytes ------------------------------------------------------------------------
+
+    async def _purge_free_space(
+        self: MemoryStore, ids: list[int], *, messages: bool = True
+    ) -> str | None:
+        """Merge the full-text indexes so deleted terms leave their pages (secure_delete zeroes
+        freed ones), re-sample planner statistics that keep index keys, then fold the WAL into
+        the file and truncate it. Returns why that last step must wait, or None when done."""
+        async with self.db.transaction():
+            await self.db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
+            if messages:  # a full merge costs as much as the index is large
+                await self.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+            # SQLite's stat4 samples copy whole index keys (values, entity names).
+            if await self.db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'sqlite_stat4'"):
+                await self.db.execute("ANALYZE memories")
+                await self.db.execute("ANALYZE entities")
+        if await self._checkpoint_truncate(FORGET_WAIT_MS):
+            return None
+        log.warning("forgotten text stays in the memory file until its reader closes")
+        async with self.db.transaction():
+            pending = await self._pending()
+            pending.append({"ids": ids, "since": now_iso(), "reason": WAITING})
+            await self._set_meta(PENDING_KEY, json.dumps(pending))
+        return WAITING
+
+    async def _checkpoint_truncate(self: MemoryStore, wait_ms: int) -> bool:
+        """Copy every logged page into the file and empty the log; False when a reader still
+        uses older pages (after waiting up to ``wait_ms``)."""
+        async with self.db.reading():
+            await self.db.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+            try:
+                busy, log_pages, _ = await self.db.fetchone("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                await self.db.execute(f"PRAGMA busy_timeout = {BUSY_MS}")
+        return not busy and log_pages in (0, -1)
+
+    async def _pending(self: MemoryStore) -> list[dict[str, Any]]:
+        raw = await self.db.scalar("SELECT value FROM meta WHERE key = ?", (PENDING_KEY,))
+        return json.loads(raw) if raw else []
+
+    async def pending_scrubs(self: MemoryStore) -> list[dict[str, Any]]:
+        """Forgets whose text is still in the file's old pages: ``ids``, ``since``, ``reason``."""
+        async with self.db.reading():
+            return await self._pending()
+
+    async def retry_scrubs(self: MemoryStore, wait_ms: int = RETRY_WAIT_MS) -> list[dict[str, Any]]:
+        """Try the pending scrubs' last step again; returns the ones now complete."""
+        before = await self.pending_scrubs()
+        if not before or not await self._checkpoint_truncate(wait_ms):
+            return []
+        async with self.db.transaction():
+            # A forget that became pending after the checkpoint above stays pending.
+            left = [p for p in await self._pending() if p not in before]
+            await self._set_meta(PENDING_KEY, json.dumps(left) if left else None)
+        await self._checkpoint_truncate(wait_ms)  # leave the log empty again
+        return before
+
+    # -- summaries rewritten after a redaction -----------------------------------------------
+
+    async def redacted_summaries(self: MemoryStore) -> list[Memory]:
+        """Session summaries and reflections that still show where text was forgotten."""
+        async with self.db.reading():
+            rows = await self.db.fetchall(
+                "SELECT * FROM memories WHERE kind IN ('episode', 'reflection')"
+                " AND instr(value, ?) > 0 ORDER BY id",
+                (MARKER,),
+            )
+        return [Memory.from_row(r) for r in rows]
+
+    async def rewrite_summary(self: MemoryStore, memory_id: int, was: str, text: str) -> bool:
+        """Replace a redacted summary by a rewritten one, unless it changed meanwhile."""
+        async with self.db.transaction():
+            row = await self.db.fetchone("SELECT * FROM memories WHERE id = ?", (memory_id,))
+            if row is None or row["value"] != was or row["kind"] not in _SUMMARY_KINDS:
+                return False
+            await self.db.execute(
+                "UPDATE memories SET value = ?, updated_at = ? WHERE id = ?",
+                (text, now_iso(), memory_id),
+            )
+            await self._unindex_memory(memory_id)
+            await self._index_memory(await self._row(memory_id))
+            await self._history(
+                memory_id, "rewrite", "forget", old={"value": was}, new={"value": text}
+            )
+        return True

@@ -1,0 +1,85 @@
+"""A throw-away NAVI_HOME for tests that run ``navi`` and its daemon as subprocesses."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from navi_desktop.paths import Paths
+from tests.fake_ollama import ThreadedFakeOllama
+from tests.pipeline_helpers import MODELS
+
+CONFIG = '[ollama]\nchat_model = "llama3.2"\n[memory]\nembedder = "none"\nprofile = "tester"\n'
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+class Home:
+    """A NAVI_HOME, the environment for ``navi`` subprocesses, and the fake Ollama."""
+
+    def __init__(self, root: Path, fake: ThreadedFakeOllama) -> None:
+        self.root = root
+        self.home = root / "h"
+        (self.home / "config").mkdir(parents=True)
+        (self.home / "config" / "config.toml").write_text(CONFIG)
+        self.environ = {**os.environ, "NAVI_HOME": str(self.home), "OLLAMA_HOST": fake.url}
+        self.paths = Paths.from_env(self.environ)
+        self.run = self.paths.runtime
+        self.state = self.paths.state
+        self.socket = self.run / "daemon.sock"
+        self.lock = self.run / "daemon.lock"
+        self.log = self.state / "daemon.log"
+
+    def navi(self, *args: str, environ: dict[str, str] | None = None) -> Any:
+        return subprocess.run(
+            [sys.executable, "-m", "navi_desktop", *args],
+            env=environ or self.environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    def start(self) -> int:
+        started = self.navi("daemon", "start")
+        assert started.returncode == 0, started.stderr
+        return int(self.lock.read_text().strip())
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def refused(self, *args: str) -> str:
+        """Run ``navi``, which must fail with one line on stderr and no traceback."""
+        done = self.navi(*args)
+        assert done.returncode == 1, (done.stdout, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("navi: "), done.stderr
+        return lines[0]
+
+
+@contextlib.contextmanager
+def navi_home() -> Iterator[Home]:
+    root = Path(tempfile.mkdtemp(prefix="navi-files-"))  # short: socket paths are limited
+    fake = ThreadedFakeOllama(MODELS).start()
+    h = Home(root, fake)
+    try:
+        yield h
+    finally:
+        if h.socket.exists() and not h.socket.is_symlink():
+            h.navi("daemon", "stop")
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(h.lock.read_text() or 0) if h.lock.is_file() else 0
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+        fake.stop()
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,106 @@
+"""config.toml's problems and a damaged profile reach every client, not only the daemon's log:
+``daemon.status`` carries them, the CLI prints one warning line each (key, reason, the value
+in force), and the TUI's banner shows them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.widgets.status_line import Banner
+from tests.test_profile_errors import half, make_profiles
+from tests.tui_support import DEAD_HOST, SIZE, Daemon, ThreadedDaemon, make_home, until
+
+BAD = "memory.budget_tokens: must be an integer between 100 and 8000, got 'lots'"
+
+
+def set_budget(paths: Any, value: str) -> None:
+    text = paths.config_file.read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("budget_tokens")]
+    paths.config_file.write_text("\n".join(lines) + f"\nbudget_tokens = {value}\n")
+
+
+async def test_daemon_status_carries_the_config_errors_with_the_value_in_force(tmp_path: Path):
+    paths = make_home(tmp_path, DEAD_HOST, extra='budget_tokens = "lots"\n')
+    daemon = await Daemon(paths).start()
+    try:
+        status = await daemon.call("daemon.status")
+        assert status["config_errors"] == [f"{BAD}; the default (800) stays in force"]
+        set_budget(paths, "1200")
+        for _ in range(200):  # the watcher applies edits made in any editor
+            if not (await daemon.call("daemon.status"))["config_errors"]:
+                break
+            await asyncio.sleep(0.05)
+        set_budget(paths, '"lots"')
+        for _ in range(200):
+            errors = (await daemon.call("daemon.status"))["config_errors"]
+            if errors:
+                break
+            await asyncio.sleep(0.05)
+        assert errors == [f"{BAD}; the last good value (1200) stays in force"]
+    finally:
+        await daemon.stop()
+
+
+def navi(home: Path, *args: str, daemon: str = "on") -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, "NAVI_HOME": str(home), "NAVI_DAEMON": daemon}
+    return subprocess.run(
+        [sys.executable, "-m", "navi_desktop", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_cli_prints_one_warning_line_per_problem(tmp_path: Path):
+    paths = make_home(tmp_path, DEAD_HOST, extra='budget_tokens = "lots"\n')
+    done = navi(tmp_path / "home", "memory", "stats", daemon="off")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        f"navi: warning: config.toml: {BAD}; the default (800) stays in force"
+    ]
+    paths.config_file.write_text("[memory\nbudget_tokens = 900\n")
+    done = navi(tmp_path / "home", "memory", "stats", daemon="off")
+    (line,) = done.stderr.splitlines()
+    assert "is not valid TOML at line 1" in line and "defaults are in force" in line
+
+
+def test_the_cli_says_the_daemons_last_good_value(tmp_path: Path):
+    paths = make_home(tmp_path, DEAD_HOST, extra="budget_tokens = 1200\n")
+    daemon = ThreadedDaemon(paths).start()
+    try:
+        set_budget(paths, '"lots"')
+        deadline = time.monotonic() + 10
+        while not daemon.call("settings.get")["errors"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        done = navi(tmp_path / "home", "memory", "stats")
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == [
+            f"navi: warning: config.toml: {BAD}; the last good value (1200) stays in force"
+        ]
+    finally:
+        daemon.stop()
+
+
+async def test_the_banner_shows_config_errors_and_a_damaged_profile(tmp_path: Path):
+    paths = make_home(tmp_path, DEAD_HOST, extra='budget_tokens = "lots"\n')
+    await make_profiles(paths, "tester")
+    half(paths.profile_db("tester"))
+    daemon = await Daemon(paths).start()
+    try:
+        app = NaviApp(paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: app.status.profile_error is not None)
+            text = str(app.screen.query_one(Banner).render())
+            assert "Memory 'tester' cannot be used:" in text and "is damaged" in text
+            assert "navi memory doctor --profile tester" in text
+            assert f"config.toml: {BAD}; the default (800) stays in force" in text
+    finally:
+        await daemon.stop()

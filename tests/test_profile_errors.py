@@ -1,0 +1,271 @@
+"""One bad profile is that profile's error: a real daemon on a real socket keeps serving the
+other profiles, every call on the bad one gets an error naming the file, what is wrong and
+the fix, and the bad file is never written, renamed or repaired.
+
+Damage is made to real files: truncated to half and to 10 bytes, replaced by text, a foreign
+SQLite database, a newer schema, a folder at the file's path, and (as another OS user) a
+file and a folder without permission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from navi_desktop.daemon.client import RemoteCorruptDatabase
+from navi_desktop.errors import ProfileTooNew
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.paths import Paths
+from tests.tui_support import DEAD_HOST, Daemon, make_home
+
+NOBODY = 65534
+
+
+async def make_profiles(paths: Paths, *names: str) -> None:
+    for name in names:
+        async with await MemoryStore.open(paths.profile_db(name)) as store:
+            await store.add_memory(f"{name} likes tea", category="preferences", key="drink")
+            for i in range(40):  # a few pages, so that half of the file is not all of it
+                await store.add_memory(f"{name} note {i} " + "x" * 400)
+
+
+def half(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def ten_bytes(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:10])
+
+
+def text(path: Path) -> None:
+    path.write_text("these are my shopping notes, not a database\n" * 20)
+
+
+def foreign(path: Path) -> None:
+    path.unlink()
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO photos (name) VALUES ('beach.jpg')")
+    conn.close()
+
+
+def newer_schema(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO schema_migrations (name, applied_at) VALUES ('0099_future', '2031')"
+        )
+    conn.close()
+
+
+def folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
+    (half, "ProfileDamaged", "navi memory doctor --profile bad"),
+    (ten_bytes, "ProfileDamaged", "truncated to 10 bytes"),
+    (text, "ProfileDamaged", "it holds text"),
+    (foreign, "ProfileForeign", "not a Navi memory file"),
+    (newer_schema, "ProfileTooNew", "update Navi"),
+    (folder, "ProfileUnreadable", "it is a folder"),
+]
+
+
+def state(folder_path: Path) -> dict[str, Any]:
+    """Every file in the profile's folder with its bytes and modification time (of a WAL's
+    index, ``-shm``, only that it is there: it is SQLite's scratch, which any reader updates)."""
+    out: dict[str, Any] = {}
+    for p in sorted(folder_path.iterdir()):
+        st = p.lstat()
+        if p.name.endswith("-shm"):
+            out[p.name] = "present"
+        else:
+            out[p.name] = (st.st_mtime_ns, p.read_bytes() if p.is_file() else "dir")
+    return out
+
+
+@pytest.mark.parametrize(("damage", "kind", "words"), DAMAGES, ids=[d[0].__name__ for d in DAMAGES])
+async def test_a_bad_profile_is_its_own_error_and_the_daemon_serves_the_others(
+    tmp_path: Path, damage: Callable[[Path], None], kind: str, words: str
+) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    await make_profiles(paths, "good", "bad")
+    bad = paths.profile_db("bad")
+    damage(bad)
+    before = state(bad.parent)
+
+    daemon = await Daemon(paths).start()  # recovery at start opens every profile
+    try:
+        for _ in range(2):  # and again: the error state answers, the file is not reopened
+            with pytest.raises(RemoteCorruptDatabase) as err:
+                await daemon.call("memory.list", {"profile": "bad"})
+            assert err.value.kind == kind
+            message = str(err.value)
+            assert "\n" not in message and str(bad) in message and words in message
+            assert "left untouched" in message
+            good = await daemon.call("memory.list", {"profile": "good"})
+            assert good["total"] == 41
+        added = await daemon.call("memory.add", {"profile": "good", "args": ["good likes jazz"]})
+        assert added["action"] == "added"
+        status = await daemon.call("daemon.status")
+        assert status["profile_errors"]["bad"]["kind"] == kind
+        assert "bad" not in status["profiles"] and "good" in status["profiles"]
+        with pytest.raises(RemoteCorruptDatabase):
+            await daemon.call("chat.send", {"profile": "bad", "text": "hello"})
+    finally:
+        await daemon.stop()
+    assert state(bad.parent) == before  # not written, renamed, repaired, nor anything beside
+
+
+async def test_a_fixed_file_is_opened_again_without_a_restart(tmp_path: Path) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    await make_profiles(paths, "bad")
+    bad = paths.profile_db("bad")
+    good_copy = bad.read_bytes()
+    text(bad)
+    daemon = await Daemon(paths).start()
+    try:
+        with pytest.raises(RemoteCorruptDatabase):
+            await daemon.call("memory.list", {"profile": "bad"})
+        bad.write_bytes(good_copy)  # the user put the right file back
+        assert (await daemon.call("memory.list", {"profile": "bad"}))["total"] == 41
+        assert (await daemon.call("daemon.status"))["profile_errors"] == {}
+    finally:
+        await daemon.stop()
+
+
+async def test_a_newer_schema_is_refused_and_never_touched(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        await store.add_memory("likes tea")
+    newer_schema(path)
+    before = state(tmp_path)
+    with pytest.raises(ProfileTooNew, match=r"newer version of Navi \(memory schema 99"):
+        await MemoryStore.open(path)
+    assert state(tmp_path) == before
+
+
+# -- another OS user ---------------------------------------------------------------------------
+
+
+def _run_as_nobody(work: Callable[[], Any]) -> Any:
+    """``work()`` in a forked child whose uid is nobody's; its JSON result comes back."""
+    # The child cannot read the interpreter's own folder: what it needs is imported here.
+    import shlex  # noqa: F401
+
+    import watchfiles.run  # noqa: F401
+
+    import navi_desktop.config_watch
+    import navi_desktop.daemon.service
+    import navi_desktop.llm.backend
+    import navi_desktop.pipeline.maintenance  # noqa: F401
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            out = {"result": work()}
+        except BaseException as exc:  # reported to the parent, which fails the test
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    out = json.loads(data)
+    assert "error" not in out, out["error"]
+    return out["result"]
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_profile_its_user_cannot_read_is_named_with_the_fix(what: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run the daemon as another user (nobody)")
+    root = Path(tempfile.mkdtemp(prefix="navi-perm-"))
+    try:
+        os.chmod(root, 0o755)
+        paths = make_home(root, DEAD_HOST)
+        asyncio.run(make_profiles(paths, "good", "bad"))
+        for dirpath, _, files in os.walk(root):
+            os.chown(dirpath, NOBODY, NOBODY)
+            for name in files:
+                os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
+        bad = paths.profile_db("bad")
+        locked = bad if what == "file" else bad.parent
+        os.chmod(locked, 0)
+
+        def scenario() -> dict[str, Any]:
+            async def run() -> dict[str, Any]:
+                daemon = await Daemon(paths).start()
+                out: dict[str, Any] = {}
+                try:
+                    try:
+                        await daemon.call("memory.list", {"profile": "bad"})
+                    except RemoteCorruptDatabase as exc:
+                        out["bad"] = [exc.kind, str(exc)]
+                    out["good"] = (await daemon.call("memory.list", {"profile": "good"}))["total"]
+                finally:
+                    await daemon.stop()
+                return out
+
+            return asyncio.run(run())
+
+        out = _run_as_nobody(scenario)
+        kind, message = out["bad"]
+        assert kind == "ProfileUnreadable" and "permission denied" in message
+        assert str(bad) in message and "chmod u+rw" in message and "\n" not in message
+        assert out["good"] == 41
+        os.chmod(locked, 0o700 if what == "folder" else 0o600)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# -- navi chat ---------------------------------------------------------------------------------
+
+
+def test_navi_chat_on_a_damaged_profile_prints_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    paths = Paths.from_env({"NAVI_HOME": str(home)})
+    asyncio.run(make_profiles(paths, "bad"))
+    half(paths.profile_db("bad"))
+    environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": DEAD_HOST}
+
+    def navi(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "navi_desktop", *args],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    try:
+        chat = navi("chat", "--profile", "bad", "hello")
+        assert chat.returncode == 2, chat.stderr
+        lines = chat.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in chat.stderr, chat.stderr
+        assert lines[0].startswith("navi: ") and "is damaged" in lines[0]
+        assert "navi memory doctor --profile bad" in lines[0]
+        listing = navi("memory", "--profile", "bad", "list")
+        assert listing.returncode == 2 and len(listing.stderr.strip().splitlines()) == 1
+    finally:
+        navi("daemon", "stop")
