@@ -4,13 +4,19 @@
 
 Runs a real daemon in a throw-away NAVI_HOME against the fake Ollama of the tests, adds a
 few memories, has one exchange, and saves ``assets/navi-chat.svg`` and
-``assets/navi-memory.svg``.
+``assets/navi-memory.svg``. Each is also checked as a PNG with ``rsvg-convert`` when it is
+installed (Debian: ``librsvg2-bin``), into a temporary folder.
+
+Textual writes the spaces of a screenshot as no-break spaces, which some SVG renderers
+draw with no width ("Lisbon and" became "Lisbonand"): they are written as plain spaces that
+the SVG keeps (``xml:space="preserve"`` and ``white-space: pre``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,13 +44,38 @@ REPLY = (
 )
 
 
+PROFILE = "alex"
+
+
+def portable(svg: str) -> str:
+    """The SVG with plain spaces that every renderer keeps."""
+    svg = svg.replace("&#160;", " ").replace("<svg ", '<svg xml:space="preserve" ', 1)
+    return svg.replace("<style>", "<style>\n    text { white-space: pre; }", 1)
+
+
+def save(app: NaviApp, name: str) -> None:
+    path = ROOT / "assets" / name
+    with tempfile.TemporaryDirectory() as tmp:
+        app.save_screenshot(name, path=tmp)
+        path.write_text(portable((Path(tmp) / name).read_text()))
+        if shutil.which("rsvg-convert"):  # it must render as a picture, not only in a browser
+            png = Path(tmp) / "check.png"
+            subprocess.run(["rsvg-convert", str(path), "-o", str(png)], check=True)
+            print(f"{path}: renders as a {png.stat().st_size // 1024} KiB PNG")
+
+
 async def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="navi-shot-"))
     try:
         async with FakeOllama(MODELS, port=11434) as fake:
-            daemon = await Daemon(make_home(home, "http://127.0.0.1:11434")).start()
+            paths = make_home(home, "http://127.0.0.1:11434")
+            config = paths.config_file.read_text().replace('"tester"', f'"{PROFILE}"')
+            paths.config_file.write_text(config)
+            daemon = await Daemon(paths).start()
             for value, fields in FACTS:
-                await daemon.call("memory.add", {"args": [value], "kwargs": fields})
+                await daemon.call(
+                    "memory.add", {"args": [value], "kwargs": fields, "profile": PROFILE}
+                )
             fake.script(Reply(REPLY))
             app = NaviApp(daemon.paths, autostart=False)
             try:
@@ -56,10 +87,11 @@ async def main() -> None:
                     await pilot.pause(0.3)
                     for widget in app.screen.query("TextArea, Input"):
                         widget.cursor_blink = False
-                    app.save_screenshot("navi-chat.svg", path=str(ROOT / "assets"))
+                    save(app, "navi-chat.svg")
                     await pilot.press("f3")
-                    await pilot.pause(1.0)
-                    app.save_screenshot("navi-memory.svg", path=str(ROOT / "assets"))
+                    await until(pilot, lambda: getattr(app.screen, "history_of", None) is not None)
+                    await pilot.pause(0.5)
+                    save(app, "navi-memory.svg")
             finally:
                 await daemon.stop()
     finally:

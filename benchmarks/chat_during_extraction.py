@@ -1,7 +1,7 @@
 """Does a session end hold up a chat reply? The daemon's service in-process, a real model.
 
     python benchmarks/chat_during_extraction.py --host http://127.0.0.1:11500 \
-        --model smollm2:135m [--runs 3] [--reply-tokens 48]
+        --model smollm2:135m [--runs 3] [--reply-tokens 64]
 
 On a local Ollama one model serves chat and extraction, one request at a time. For each run:
 a stored session of 16 messages (about 1,500 tokens) is ended (``Service.end``, as
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--host", required=True)
     parser.add_argument("--model", required=True)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--reply-tokens", type=int, default=48)
+    parser.add_argument("--reply-tokens", type=int, default=64)
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -13,8 +13,9 @@ English), in a throw-away ``NAVI_HOME``:
    writes the replies, capped at ``--reply-tokens``), then ended with ``navi end --session``
    (wall time measured; a session left pending is ended again, up to twice: each retry uses
    smaller chunks).
-2. A last session asks the probe question (``navi chat``): did the reply contain the earlier
-   fact, and was that fact injected into the prompt (the injection ledger)?
+2. A last session asks the probe question (``navi chat``): was an earlier memory holding the
+   answer (a fact, a summary or the profile) injected into the prompt (the injection ledger),
+   and did the reply contain the answer?
 3. ``navi daemon stop``; the profile file is read and scored:
    - found / missed: an expected fact is found when a fact whose value contains one of its
      accepted values is current (active), or held for review;
@@ -278,6 +279,8 @@ def table(model: str, results: list[dict[str, Any]]) -> str:
     walls = [w for r in results for w in r["end_wall_s"]]
     calls = [c for r in results for c in r["end_calls"]]
     probes = [r for r in results if r["probe_reply"]]
+    injected = sum(r["probe_injected"] for r in probes)
+    answered = sum(r["probe_answered"] for r in probes)
     rows = [
         ("personas / sessions", f"{len(results)} / {total('sessions')}"),
         (
@@ -300,11 +303,8 @@ def table(model: str, results: list[dict[str, Any]]) -> str:
             f"{statistics.median(walls):.0f} s ({max(walls):.0f} s)" if walls else "-",
         ),
         (
-            "later session: fact injected / in the answer",
-            f"{sum(r['probe_injected'] for r in probes)} / {sum(r['probe_answered'] for r in probes)}"
-            f" of {len(probes)}"
-            if probes
-            else "-",
+            "later session: earlier memory injected / answer used it",
+            f"{injected} / {answered} of {len(probes)}" if probes else "-",
         ),
     ]
     out = [f"| {model} | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]

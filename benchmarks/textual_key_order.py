@@ -30,6 +30,7 @@ import sys
 import tempfile
 import termios
 import time
+from typing import ClassVar
 
 from textual import events
 from textual.app import App, ComposeResult
@@ -41,7 +42,7 @@ EXPECTED = "Bruno"
 
 
 class Bare(App[None]):
-    BINDINGS = [("ctrl+s", "dump", "Write the text to a file and quit")]
+    BINDINGS: ClassVar = [("ctrl+s", "dump", "Write the text to a file and quit")]
 
     def __init__(self, out: str | None = None) -> None:
         super().__init__()

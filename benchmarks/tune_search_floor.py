@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.retrieval_locomo import evidence_ids
 from navi_desktop.memory.embedders import LocalEmbedder
 
-FACTS = [
+FACTS = [  # as the store embeds them: "key: value"
     "drink: green tea, no sugar",
     "home city: Lisbon",
     "languages: Rust and Python",

@@ -14,7 +14,7 @@ from navi_desktop.memory.embedders import normalized
 from navi_desktop.pipeline.context import build_context
 
 FACTS = ["green tea, no sugar", "Lisbon", "a nurse", "a cat named Miso", "running"]
-DIM = len(FACTS) + 1
+DIM = 400  # cosines of random directions: 1/20 standard deviation; "chance" is 0.15
 
 
 class ScriptedEmbedder:
@@ -30,9 +30,10 @@ class ScriptedEmbedder:
             if query:
                 cosines = list(self.queries[text])
                 rest = max(0.0, 1.0 - sum(c * c for c in cosines))
-                out.append([*cosines, rest**0.5])  # the last axis makes it unit length
+                pad = [0.0] * (DIM - len(FACTS) - 1)
+                out.append([*cosines, *pad, rest**0.5])  # the last axis makes it unit length
             else:
-                out.append([float(text.endswith(f)) for f in FACTS] + [0.0])
+                out.append([float(text.endswith(f)) for f in FACTS] + [0.0] * (DIM - len(FACTS)))
         return normalized(out)
 
 
@@ -41,6 +42,7 @@ QUERIES = {
     "what do I sip in the morning?": [0.9, 0.5, 0.2, 0.1, 0.1],
     "Lisbon": [-0.2, -0.3, -0.1, -0.1, -0.1],
     "nothing alike": [-0.3, -0.2, -0.1, -0.4, -0.1],
+    "as if at random": [0.12, 0.1, -0.05, 0.08, 0.03],  # what a random direction gets
 }
 
 
@@ -76,6 +78,7 @@ async def test_an_untuned_model_keeps_its_first_few_nearest(tmp_path):
     async with await open_store(tmp_path, "test/untuned") as store:
         assert values(await store.search("zzzqqq")) == FACTS[:3]
         assert await store.search("nothing alike") == []  # an opposite is never a match
+        assert await store.search("as if at random") == []  # nor what chance gives
 
 
 async def test_the_memory_block_is_not_padded(tmp_path, tuned):

@@ -444,3 +444,46 @@ def test_navi_end_says_what_was_dropped_and_why(tmp_path):
             )
         finally:
             navi("daemon", "stop")
+
+
+async def test_secrets_and_template_debris_are_never_kept(store, llm, fake):
+    sid = await new_session(
+        store,
+        ("user", "My API key for staging is sk-live-93jf82kd0a. I live in Glasgow."),
+        ("assistant", "Noted."),
+    )
+    fake.script(
+        extraction(
+            [
+                fact(
+                    "api key", "sk-live-93jf82kd0a", "My API key for staging is sk-live-93jf82kd0a"
+                ),
+                fact("home city", "Glasgow", "I live in Glasgow"),
+            ],
+            summary="{{user}}: You live in Glasgow. {assistant},",
+        ),
+        profile("Lives in Glasgow."),
+    )
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert any("looks like a secret" in d for d in report.dropped)
+    values = [r["value"] for r in await memory_rows(store)]
+    assert not any("sk-live" in v or "{" in v for v in values), values
+    assert (await store.latest_summary()).value == "The user said: “I live in Glasgow.”"
+
+
+async def test_an_invented_sentence_is_left_out_of_a_grounded_summary(store, llm, fake):
+    sid = await new_session(
+        store, ("user", "I run a small bakery in Porto with my husband."), ("assistant", "Nice!")
+    )
+    fake.script(
+        extraction(
+            summary="The user runs a small bakery in Porto with her husband. "
+            "The user loves Ira, her best friend."
+        )
+    )
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert report.status == "processed"
+    assert (await store.latest_summary()).value == (
+        "The user runs a small bakery in Porto with her husband."
+    )
+    assert any("ira" in n for n in report.notes)

@@ -149,8 +149,8 @@ async def test_detail_shows_evidence_and_history(daemon: Daemon) -> None:
         assert "Fact #1 · preferences" in text
         # The quote supported the value before the edit, and says so.
         assert (
-            "of the earlier value “green tea, no sugar”: “I only drink green tea, never with"
-            " sugar”" in text
+            "“I only drink green tea, never with sugar” said of the earlier value “green tea,"
+            " no sugar”" in text
         )
         assert "Source conversation" in text and "Confidence 0.90" in text
         assert "added by you" in text
@@ -215,10 +215,8 @@ async def test_edit_the_value(daemon: Daemon) -> None:
         assert got["value"] == "likes modal jazz"
         # The screen kept the edited memory highlighted and shows its new history.
         assert screen.current is not None and screen.current["id"] == jazz["id"]
-        await until(
-            pilot,
-            lambda: "from “likes jazz” to “likes modal jazz”" in " ".join(detail_plain(app).split()),
-        )
+        changed = "from “likes jazz” to “likes modal jazz”"
+        await until(pilot, lambda: changed in " ".join(detail_plain(app).split()))
 
 
 async def held(daemon: Daemon, value: str, key: str, reason: str) -> dict[str, Any]:

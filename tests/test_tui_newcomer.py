@@ -89,15 +89,15 @@ async def test_f2_focuses_the_prompt_and_alt_keys_switch_modes(daemon: Daemon) -
         await pilot.press("f2")
         await pilot.press(*"Bruno")
         assert app.screen.query_one(Prompt).text == "Bruno"
-        await pilot.press("alt+2")
+        await pilot.press("alt+m")
         await until(pilot, lambda: isinstance(app.screen, InspectorScreen))
         await pilot.press("2")  # the memory tabs have keys: 1-4
         await until(pilot, lambda: app.screen.query_one(TabbedContent).active == "inbox")
         await pilot.press("4")
         await until(pilot, lambda: app.screen.query_one(TabbedContent).active == "rules")
-        await pilot.press("alt+3")
+        await pilot.press("alt+s")
         await until(pilot, lambda: isinstance(app.screen, SettingsScreen))
-        await pilot.press("alt+1")
+        await pilot.press("alt+c")
         await until(pilot, lambda: app.current_mode == "chat")
         assert isinstance(app.focused, Prompt) and app.focused.text == "Bruno"
 
@@ -119,6 +119,22 @@ async def test_every_f_key_has_an_alt_alternative(daemon: Daemon) -> None:
                         k.startswith("f") and k[1:].isdigit() for k in keys
                     ):
                         assert any(k.startswith(("alt+", "ctrl+")) for k in keys), (ident, keys)
+                    for key in keys:
+                        if key.startswith("alt+") and len(key) == 5:
+                            assert terminal_key("\x1b" + key[-1]) == key  # a terminal sends it
+
+
+def terminal_key(data: str) -> str:
+    """What Textual makes of bytes from the terminal (Esc+3 is "£", not Alt+3)."""
+    import time
+
+    from textual._xterm_parser import XTermParser
+
+    parser = XTermParser()
+    found = list(parser.feed(data))
+    time.sleep(0.15)  # a lone Esc waits for what may follow
+    found += list(parser.tick())
+    return " ".join(getattr(e, "key", "?") for e in found)
 
 
 # -- 8: F1 and the palette -------------------------------------------------------------------
@@ -305,7 +321,7 @@ async def test_the_chat_model_picker_lists_only_models_that_chat(tmp_path) -> No
             app = NaviApp(daemon.paths, autostart=False)
             async with app.run_test(size=SIZE) as pilot:
                 await ready(app, pilot)
-                await pilot.press("alt+m")  # "Switch chat model" in the palette
+                await pilot.press("alt+o")  # "Switch chat model" in the palette
                 await until(pilot, lambda: isinstance(app.screen, ModelPicker))
                 picker = app.screen
                 assert [m["name"] for m in picker.models] == ["llama3.2:latest", "gemma2:latest"]
@@ -408,10 +424,10 @@ async def test_a_stopped_daemon_is_not_started_again_behind_the_users_back(fake,
             assert asked == [True]
             await running[0].stop()  # `navi daemon stop`
             banner = app.screen.query_one(Banner)
-            await until(pilot, lambda: "it was stopped; Alt+S starts it again" in text_of(banner))
+            await until(pilot, lambda: "it was stopped; Alt+G starts it again" in text_of(banner))
             await until(pilot, lambda: len(asked) >= 3)
             assert not any(asked[1:])  # every try since: join a daemon, never start one
-            await pilot.press("alt+s")
+            await pilot.press("alt+g")
             await until(pilot, lambda: app.status.daemon == "up")
             assert len(running) == 2 and not app.screen.query_one(Banner).has_class("-shown")
     finally:

@@ -12,14 +12,11 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from navi_desktop.cli.main import CommandError
 from navi_desktop.cli.output import (
     emit_json,
-    human_size,
     one_line,
     safe,
     table,
@@ -27,7 +24,6 @@ from navi_desktop.cli.output import (
     truncate,
 )
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
-from navi_desktop.fileio import write_private_atomic
 
 if TYPE_CHECKING:
     from navi_desktop.memory import Memory, MemoryStore
@@ -36,7 +32,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 BACKFILL_PER_RUN = 64
-MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
 SORTS = ("updated", "created", "strength", "confidence", "id")
 
 
@@ -140,28 +135,6 @@ def register(commands: Any) -> None:
     p = command("show", cmd_show, "show one memory with its earlier versions and history")
     p.add_argument("id", type=int, metavar="ID")
 
-    p = command(
-        "forget",
-        cmd_forget,
-        "forget a memory and every trace of it, for good (without --yes: see where it occurs)",
-        epilog="Matching: the value and evidence quotes are found as whole words, ignoring case,"
-        " Unicode forms (NFKC) and spacing. Values shorter than 3 characters, made of common"
-        " words, or found in many messages need --everywhere with --yes.",
-    )
-    p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
-    scope = p.add_mutually_exclusive_group()
-    scope.add_argument(
-        "--everywhere",
-        action="store_true",
-        help="confirm removing a short or common value everywhere it occurs (the default scope)",
-    )
-    scope.add_argument(
-        "--only-evidence",
-        action="store_true",
-        help="forget the memory and its evidence quotes, but keep other mentions of the value",
-    )
-
     p = command("pin", cmd_pin, "pin a memory (it never decays), or unpin it with --off")
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("--off", action="store_true", help="unpin")
@@ -181,17 +154,10 @@ def register(commands: Any) -> None:
         " stays in its history (combine only with --evidence)",
     )
 
-    p = command("export", cmd_export, "export memories (JSON round-trips; Markdown is to read)")
-    p.add_argument("--format", choices=("json", "markdown"), default="json")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+    from navi_desktop.cli import doctor, forget, transfer  # doctor: also backup, restore
 
-    p = command("import", cmd_import, "import a JSON export; what is already there is skipped")
-    p.add_argument("file", metavar="FILE", help="an export file, or - for stdin")
-
-    command("stats", cmd_stats, "counts, file path and size")
-
-    from navi_desktop.cli import doctor  # doctor, backup, restore
-
+    forget.register(command)
+    transfer.register(command)
     doctor.register(command)
 
 
@@ -548,122 +514,6 @@ def cmd_show(args: argparse.Namespace) -> int:
 # -- forget ------------------------------------------------------------------------------------
 
 
-def _confirm(question: str) -> bool:
-    """Ask on stderr (stdout stays clean for --json), read the answer from stdin."""
-    print(f"{question} [y/N] ", end="", file=sys.stderr, flush=True)
-    answer = sys.stdin.readline()
-    if not answer:
-        print(file=sys.stderr)
-    return answer.strip().lower() in ("y", "yes")
-
-
-def _preview_lines(preview: Any, scope: str) -> list[str]:
-    """What a forget would remove, for a person: both scopes, a few examples, the warning."""
-    lines = [f"Forget #{preview.memory_id}: {one_line(preview.text)}"]
-    if preview.versions:
-        lines.append("  with its earlier versions " + ", ".join(f"#{v}" for v in preview.versions))
-    lines.append(f"Matched: {preview.rule}.")
-    for name, places, chosen in (
-        ("everywhere (default)", preview.everywhere, scope == "everywhere"),
-        (
-            "only the memory and its evidence (--only-evidence)",
-            preview.evidence,
-            scope != "everywhere",
-        ),
-    ):
-        mark = "*" if chosen else " "
-        lines.append(f"{mark} {name}: " + ("; ".join(places) if places else "nothing else"))
-    if preview.samples and scope == "everywhere":
-        lines.append("For example:")
-        lines += [f"  {truncate(one_line(s), 100)}" for s in preview.samples]
-    if preview.broad and scope == "everywhere":
-        lines.append(
-            f"Careful: {preview.broad}; unrelated text that contains it as a word goes too."
-        )
-    return lines
-
-
-def _forget_error(memory_id: int, broad: str | None, why: str) -> InvalidInput:
-    if broad:
-        return InvalidInput(
-            f"{why}: removing memory {memory_id}'s value everywhere needs confirmation, as"
-            f" {broad}: pass --yes --everywhere, or --yes --only-evidence to keep other mentions"
-        )
-    return InvalidInput(f"{why}: pass --yes to forget memory {memory_id}")
-
-
-def cmd_forget(args: argparse.Namespace) -> int:
-    scope = "evidence" if args.only_evidence else "everywhere"
-    interactive = not args.yes and sys.stdin.isatty()
-
-    async def work(store: MemoryStore):
-        preview = await store.forget_preview(args.id)
-        if args.yes:
-            if scope == "everywhere" and preview.broad and not args.everywhere:
-                return preview, None
-            return preview, await store.forget(args.id, scope=scope)
-        if not interactive:
-            return preview, None
-        print("\n".join(_preview_lines(preview, scope)), file=sys.stderr)
-        places = preview.everywhere if scope == "everywhere" else preview.evidence
-        question = f"Forget #{preview.memory_id} ({truncate(one_line(preview.text), 60)})"
-        question += ", its earlier versions" if preview.versions else ""
-        question += " and every occurrence listed above" if places else ""
-        if not _confirm(question + ", for good?"):
-            return preview, False
-        return preview, await store.forget(args.id, scope=scope)
-
-    preview, report = _with_store(args, work, memory_id=args.id)
-    broad = preview.broad if scope == "everywhere" else None
-    if report is None:  # not asked: --yes refused for a broad value, or no terminal
-        if args.yes:
-            raise _forget_error(args.id, broad, "not forgotten")
-        if _json(args):
-            emit_json({"preview": asdict(preview)})
-        else:
-            print("\n".join(_preview_lines(preview, scope)))
-        raise _forget_error(
-            args.id, broad, "forget asks for confirmation and stdin is not a terminal"
-        )
-    if _json(args):
-        doc: dict[str, Any] = {
-            "forgotten": report.forgotten if report else [],
-            "redacted_messages": report.redacted_messages if report else 0,
-        }
-        if report and report.redacted:  # present only when something beyond the memory went
-            doc["redacted"] = report.redacted
-        if report and report.scrub_pending:
-            doc["scrub_pending"] = report.scrub_pending
-        if report and report.backups:
-            doc["backups"] = report.backups
-        if report and report.unscrubbed:
-            doc["unscrubbed"] = report.unscrubbed
-        emit_json(doc)
-        return 0 if report else 1
-    if not report:
-        print("Nothing forgotten.")
-        return 1
-    ids = ", ".join(f"#{i}" for i in report.forgotten)
-    line = f"Forgot {ids}."
-    places = [*report.redacted]
-    if report.backups:
-        places.append(f"{report.backups} backup{'s' if report.backups > 1 else ''}")
-    if places:
-        line += " Removed from " + "; ".join(places) + "."
-    print(line)
-    for problem in report.unscrubbed:
-        print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
-    if report.scrub_pending:
-        print(
-            f"The memory file still holds an old copy of it: {report.scrub_pending}. Navi"
-            " removes it as soon as that reader closes; `navi memory stats` lists it until then."
-        )
-    return 0
-
-
-# -- pin ---------------------------------------------------------------------------------------
-
-
 def cmd_pin(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.pin(args.id, not args.off)
@@ -732,111 +582,3 @@ def cmd_edit(args: argparse.Namespace) -> int:
 
 
 # -- export / import ---------------------------------------------------------------------------
-
-
-def cmd_export(args: argparse.Namespace) -> int:
-    import json
-
-    to_stdout = args.output in (None, "-")
-    if _json(args) and to_stdout and args.format != "json":
-        raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
-
-    async def work(store: MemoryStore):
-        data = await store.export_data()
-        text = (
-            json.dumps(data, ensure_ascii=False, indent=2) + "\n"
-            if args.format == "json"
-            else await store.export_markdown()
-        )
-        return data, text
-
-    data, text = _with_store(args, work)
-    if to_stdout:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return 0
-    target = Path(args.output)
-    try:
-        write_private_atomic(target, text)
-    except OSError as exc:
-        raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
-    count = len(data["memories"])
-    if _json(args):
-        emit_json({"path": str(target.absolute()), "format": args.format, "memories": count})
-    else:
-        noun = "memory" if count == 1 else "memories"
-        print(f"Exported {count} {noun} ({args.format}) to {args.output}.")
-    return 0
-
-
-def cmd_import(args: argparse.Namespace) -> int:
-    from navi_desktop.memory.exchange import parse_export
-
-    source = "stdin" if args.file == "-" else args.file
-    try:
-        if args.file == "-":
-            stream = getattr(sys.stdin, "buffer", sys.stdin)
-            raw = stream.read(MAX_IMPORT_BYTES + 1)
-        else:
-            with open(args.file, "rb") as handle:
-                raw = handle.read(MAX_IMPORT_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise InvalidInput(
-            f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
-        )
-    try:
-        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from exc
-    data = parse_export(text, source)  # before the profile is opened: a bad file changes nothing
-
-    async def work(store: MemoryStore):
-        return await store.import_data(data)
-
-    report = _with_store(args, work)
-    if _json(args):
-        emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
-    else:
-        print(
-            f"Imported {source}: {report.added} added, {report.skipped} skipped (already here),"
-            f" {report.blocked} blocked (forgotten before)."
-        )
-    return 0
-
-
-# -- stats -------------------------------------------------------------------------------------
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    args.profile = profile = _profile(args)  # resolved once: _with_store reads it from args
-
-    async def work(store: MemoryStore):
-        return await store.stats()
-
-    stats = _with_store(args, work)
-    stats = {"profile": profile, **stats}
-    if _json(args):
-        emit_json(stats)
-        return 0
-    print(f"Profile     {profile}")
-    print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
-    memories = stats["memories"]
-    total = sum(sum(by.values()) for by in memories.values())
-    print(f"Memories    {total}")
-    for kind in sorted(memories):
-        parts = ", ".join(f"{n} {status}" for status, n in sorted(memories[kind].items()))
-        print(f"  {kind:<10} {parts}")
-    if stats["facts_by_category"]:
-        parts = ", ".join(f"{c} {n}" for c, n in sorted(stats["facts_by_category"].items()))
-        print(f"Facts       {parts}")
-    print(f"Pinned      {stats['pinned']}")
-    print(f"Sessions    {stats['sessions']} ({stats['messages']} messages)")
-    print(f"Forgotten   {stats['tombstones']} (tombstones)")
-    for scrub in stats.get("pending_scrubs") or []:
-        ids = ", ".join(f"#{i}" for i in scrub["ids"])
-        print(f"Scrubbing   {ids}: waiting since {scrub['since'][:19]}Z: {scrub['reason']}")
-    print(f"Entities    {stats['entities']}")
-    for e in stats["embeddings"]:
-        print(f"Vectors     {e['count']} × {e['model']} ({e['dim']}-d)")
-    return 0

@@ -69,11 +69,9 @@ class Report:
                 f"recover what can be read into a new file beside it (the damaged file is not"
                 f" changed): `navi memory doctor{option} --recover`"
             )
-            if self.backups:
-                out.append(
-                    f"or go back to the latest backup ({self.backups[0].name}):"
-                    f" `navi memory restore {self.backups[0]}{option}`"
-                )
+            restore = _restore_fix(self)
+            if restore is not None and restore not in out:
+                out.append(f"or {restore}")
         return list(dict.fromkeys(out))
 
     def to_dict(self) -> dict[str, Any]:

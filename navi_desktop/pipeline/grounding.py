@@ -61,6 +61,14 @@ _TASK = re.compile(
     r"resume)\b[^:\n]{0,60}[:\n]",
     re.IGNORECASE,
 )
+# Credentials: by name, or by the look of a key (a known prefix, or a long run of letters and
+# digits mixed).
+_SECRET = re.compile(
+    r"\b(api[ _-]?keys?|access[ _-]?tokens?|auth[ _-]?tokens?|secret|password|passphrase|"
+    r"private[ _-]?key|ssh[ _-]?key|pin code)\b|\b(?:sk|pk|rk|ghp|gho|xox[abp]|AKIA)[-_]?"
+    r"[A-Za-z0-9_-]{8,}|\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{20,}\b",
+    re.IGNORECASE,
+)
 MIN_QUOTE_CHARS = 5
 SUMMARY_GROUNDED = 0.6  # share of a summary's content words that must come from its sources
 
@@ -151,6 +159,8 @@ def check_candidate(
     # A quote outside the user's words: the write policy decides what it may become.
     if kind == "fact" and (why := _not_a_statement(quote, holder)):
         return why
+    if _SECRET.search(value) or _SECRET.search(evidence):
+        return "looks like a secret: never kept"
     said = squash(value)
     if said and (said in quote or said in holder):
         return None
@@ -191,32 +201,44 @@ def sentences(text: str) -> list[str]:
 
 
 def sensitive(text: str) -> bool:
-    return bool(_HEALTH.search(text)) or is_sensitive(None, "", text)
+    return bool(_HEALTH.search(text) or _SECRET.search(text)) or is_sensitive(None, "", text)
+
+
+def prose(text: str) -> bool:
+    """Words a person would write: no template or JSON debris (braces), some letters."""
+    return "{" not in text and "}" not in text and any(ch.isalpha() for ch in text)
 
 
 def check_summary(
     text: str, sources: Iterable[str], withheld: Iterable[str] = ()
 ) -> tuple[str | None, list[str]]:
-    """The summary with sensitive sentences and sentences stating ``withheld`` values (held
-    for review) left out, or None when what remains is not grounded in ``sources``."""
+    """The summary less its sentences on sensitive matters, stating ``withheld`` values (held
+    for review) or not grounded in ``sources``; None when nothing is left, or when fewer than
+    half of its grounded-or-not sentences hold up (then none of it is trusted)."""
     notes: list[str] = []
+    if not prose(text):
+        return None, ["summary is not prose"]
     held = [squash(w) for w in withheld if len(squash(w)) >= 3]
-    kept = []
+    vocab = Vocabulary(sources)
+    kept, judged, invented = [], 0, []
     for sentence in sentences(text):
         if sensitive(sentence):
             notes.append("a sentence on a sensitive matter was left out")
-        elif any(h in squash(sentence) for h in held):
+            continue
+        if any(h in squash(sentence) for h in held):
             notes.append("a sentence stating something held for review was left out")
+            continue
+        judged += 1
+        share, missing = vocab.share(sentence)
+        if share < SUMMARY_GROUNDED or any(any(ch.isdigit() for ch in w) for w in missing):
+            invented += missing
         else:
             kept.append(sentence)
-    if not kept:
+    if invented:
+        notes.append(f"summary not grounded in the conversation ({', '.join(invented[:4])})")
+    if not kept or 2 * len(kept) < judged:
         return None, notes
-    result = " ".join(kept)
-    share, missing = Vocabulary(sources).share(result)
-    if share < SUMMARY_GROUNDED or any(any(ch.isdigit() for ch in w) for w in missing):
-        notes.append(f"summary not grounded in the conversation ({', '.join(missing[:4])})")
-        return None, notes
-    return result, notes
+    return " ".join(kept), notes
 
 
 def key_sentences(
@@ -231,6 +253,8 @@ def key_sentences(
             words = tokens(sentence)
             content = content_words(sentence)
             if len(words) < 4 or sentence.endswith("?") or not content:
+                continue
+            if _TASK.match(squash(sentence)):  # material to work on, not about the user
                 continue
             if sensitive(sentence) or any(h in squash(sentence) for h in held):
                 continue

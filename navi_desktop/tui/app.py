@@ -46,14 +46,15 @@ class NaviApp(App[None]):
     }
     DEFAULT_MODE = "chat"
     # Every F-key has an Alt alternative: some terminals and multiplexers swallow F-keys.
+    # (Not Alt+digit: Textual reads Esc+digit as a character, e.g. Alt+3 as "£".)
     BINDINGS = [
         Binding("f1,alt+k", "toggle_keys", "Keys", tooltip="Navi's keys", id="navi.help"),
-        Binding("f2,alt+1", "mode('chat')", "Chat", tooltip="Go to the chat", id="navi.mode.chat"),
+        Binding("f2,alt+c", "mode('chat')", "Chat", tooltip="Go to the chat", id="navi.mode.chat"),
         Binding(
-            "f3,alt+2", "mode('memory')", "Memory", tooltip="Open the memory", id="navi.mode.memory"
+            "f3,alt+m", "mode('memory')", "Memory", tooltip="Open the memory", id="navi.mode.memory"
         ),
         Binding(
-            "f4,alt+3", "mode('settings')", "Settings", tooltip="Settings", id="navi.mode.settings"
+            "f4,alt+s", "mode('settings')", "Settings", tooltip="Settings", id="navi.mode.settings"
         ),
         Binding(
             "ctrl+o",
@@ -63,7 +64,7 @@ class NaviApp(App[None]):
             tooltip="Start or leave an incognito chat",
             id="navi.incognito",
         ),
-        Binding("alt+s", "start_daemon", "Start the daemon", show=False, id="navi.daemon.start"),
+        Binding("alt+g", "start_daemon", "Start the daemon", show=False, id="navi.daemon.start"),
         Binding("ctrl+q", "quit", "Quit", show=False, id="navi.quit", priority=True),
     ]
 

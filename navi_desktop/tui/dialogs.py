@@ -7,7 +7,7 @@ from collections.abc import Callable
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
@@ -24,7 +24,7 @@ class Dialog(ModalScreen[str | None]):
     Dialog > Vertical { width: 72; max-width: 100%; height: auto; max-height: 100%;
                         border: thick $primary; background: $surface; padding: 1 2; }
     Dialog .title { text-style: bold; margin-bottom: 1; }
-    Dialog .body { height: auto; max-height: 12; overflow-y: auto; }
+    Dialog .body-scroll { height: auto; max-height: 60vh; }
     Dialog .error { color: $error; height: auto; }
     Dialog Horizontal { height: auto; align: right middle; margin-top: 1; }
     Dialog Button { margin-left: 1; }
@@ -45,7 +45,9 @@ class ChoiceScreen(Dialog):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self._title, classes="title")
-            yield Static(self._body, classes="body")
+            # Scrolls when long (Shift+Tab reaches it): the buttons always stay on screen.
+            with VerticalScroll(classes="body-scroll"):
+                yield Static(self._body, classes="body")
             with Horizontal():
                 for answer, label, variant in self._choices:
                     yield Button(label, id=f"choice-{answer}", variant=variant)  # type: ignore[arg-type]

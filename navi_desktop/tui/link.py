@@ -20,7 +20,7 @@ from navi_desktop.paths import Paths
 
 TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
-STOPPED = "it was stopped; Alt+S starts it again (or `navi daemon start`)"
+STOPPED = "it was stopped; Alt+G starts it again (or `navi daemon start`)"
 
 
 @dataclass(frozen=True)

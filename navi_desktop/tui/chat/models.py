@@ -1,4 +1,4 @@
-"""Switch the chat model from the chat (palette: "Switch chat model", Alt+M): a list of the
+"""Switch the chat model from the chat (palette: "Switch chat model", Alt+O): a list of the
 installed models that can chat, each with its family and size."""
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ before the first message, so Esc can always name the session to cancel.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from textual import on, work
@@ -17,16 +16,16 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label
 
 from navi_desktop.tui.base import NaviScreen
+from navi_desktop.tui.chat.actions import SessionActions
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.sessions import SessionsPane, short
-from navi_desktop.tui.dialogs import ChoiceScreen, ConfirmScreen, TextScreen, confirmed
-from navi_desktop.tui.export import export_to
+from navi_desktop.tui.dialogs import ChoiceScreen
 
 NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
 
 
-class ChatScreen(NaviScreen):
+class ChatScreen(SessionActions, NaviScreen):
     DEFAULT_CSS = """
     ChatScreen #main { height: 1fr; }
     ChatScreen #chat { width: 1fr; }
@@ -48,9 +47,9 @@ class ChatScreen(NaviScreen):
         Binding("ctrl+n", "new_session", "New session", id="navi.chat.new"),
         Binding("ctrl+b", "toggle_sessions", "Sessions", id="navi.chat.sessions"),
         Binding("ctrl+r", "regenerate", "Regenerate", id="navi.chat.regenerate", show=False),
-        Binding("alt+m", "switch_model", "Switch chat model", id="navi.chat.model", show=False),
+        Binding("alt+o", "switch_model", "Switch chat model", id="navi.chat.model", show=False),
         Binding("f5,alt+u", "used", "What did you use?", id="navi.chat.used"),
-        Binding("f6,alt+c", "copy_reply", "Copy reply", id="navi.chat.copy", show=False),
+        Binding("f6,alt+y", "copy_reply", "Copy reply", id="navi.chat.copy", show=False),
         Binding(
             "ctrl+f", "search_sessions", "Search sessions", id="navi.sessions.search", show=False
         ),
@@ -380,87 +379,6 @@ class ChatScreen(NaviScreen):
         if self.session_id is not None and not self.incognito:
             self._end(self.session_id)
 
-    @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_rename_session(self) -> None:
-        if self.session_id is None or self.incognito:
-            return
-        current = self.sessions.title_of(self.session_id) or ""
-        title = await self.app.push_screen_wait(TextScreen("Rename session", current))
-        if title is None:
-            return
-        try:
-            await self.navi.link.call("sessions.rename", {"id": self.session_id, "title": title})
-        except Exception as err:
-            self.navi.report(err, "Renaming the session")
-            return
-        self.sessions.reload()
-        self.query_one("#chat-title", Label).update(title)
-
-    @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_delete_session(self) -> None:
-        if self.session_id is None or self.incognito:
-            return
-        title = self.sessions.title_of(self.session_id) or "this session"
-        answer = await self.app.push_screen_wait(
-            ConfirmScreen(
-                "Delete this session?",
-                f"{title}\n\nIts messages are deleted for good. Memories already learned from "
-                "it stay; forget them in the inspector (F3).",
-                yes="Delete",
-            )
-        )
-        if not confirmed(answer) or self.session_id is None:
-            return
-        try:
-            await self.navi.link.call("sessions.delete", {"id": self.session_id})
-        except Exception as err:
-            self.navi.report(err, "Deleting the session")
-            return
-        await self._clear()
-        self.sessions.reload()
-        self.notify("Session deleted")
-
-    @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_export_session(self) -> None:
-        session_id = self.session_id
-        if session_id is None or self.incognito:
-            return
-        title = self.sessions.title_of(session_id) or session_id
-
-        async def markdown() -> str:
-            reply = await self.navi.link.call("sessions.export", {"id": session_id})
-            return str(reply["markdown"])
-
-        try:
-            path = await export_to(
-                self.app, "this session", f"navi-session-{_slug(title)}.md", markdown
-            )
-        except Exception as err:
-            self.navi.report(err, "Exporting the session")
-            return
-        if path is not None:
-            self.notify(f"Exported to {path}")
-
-    @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_switch_model(self) -> None:
-        from navi_desktop.tui.chat.models import ModelPicker  # with its first use
-
-        try:
-            reply = await self.navi.link.call("ollama.models")
-        except Exception as err:
-            self.navi.report(err, "Listing the models")
-            return
-        current = self.navi.settings.ollama.chat_model
-        chosen = await self.app.push_screen_wait(ModelPicker(reply.get("models") or [], current))
-        if chosen is None or chosen == current:
-            return
-        try:
-            await self.navi.link.call("settings.set", {"changes": {"ollama.chat_model": chosen}})
-        except Exception as err:
-            self.navi.report(err, "Switching the model")
-            return
-        self.notify(f"Chat model: {chosen}, from the next message on")
-
     # -- incognito -----------------------------------------------------------------------------
 
     def _set_incognito(self, on: bool) -> None:
@@ -539,7 +457,3 @@ def _dropped_text(report: dict[str, Any]) -> str:
     reasons = list(dict.fromkeys(d.rsplit(": ", 1)[-1] for d in dropped))
     offered = max(report.get("offered") or 0, len(dropped))
     return f"; dropped {len(dropped)} of {offered}: " + "; ".join(reasons[:3])
-
-
-def _slug(title: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "session"

@@ -42,6 +42,11 @@ ACTORS = {
     "forget": "forgetting",
     "import": "an import",
 }
+SOURCES = {
+    "user_explicit": "told by you",
+    "tool_call": "saved by Navi during a chat",
+    "auto_discovery": "found by Navi",
+}
 FIELD_NAMES = {"value": "value", "key": "key", "category": "category", "subject": "subject"}
 
 
@@ -111,14 +116,11 @@ def facts_table(memory: Memory, history: list[dict[str, Any]] | None = None) -> 
     if memory.get("review_reason"):
         grid.add_row("To review", Text(memory["review_reason"], style="yellow"))
     if memory.get("evidence"):
-        evidence = Text(f"“{memory['evidence']}”", style="italic")
+        grid.add_row("Evidence", Text(f"“{memory['evidence']}”", style="italic"))
         if (earlier := earlier_value(history)) is not None:
             # The quote supported the value as it was, not the edited one.
-            evidence = Text.assemble(
-                (f"of the earlier value “{show_value(earlier)}”: ", "dim"), evidence
-            )
-        grid.add_row("Evidence", evidence)
-    source = memory["source"]
+            grid.add_row("", Text(f"said of the earlier value “{show_value(earlier)}”", "dim"))
+    source = SOURCES.get(memory["source"], memory["source"])
     if memory.get("session_id"):
         source += f" · session {memory['session_id'][:SHORT_ID]} (j opens it)"
     grid.add_row("Source", source)

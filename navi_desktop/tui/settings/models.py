@@ -23,14 +23,21 @@ def can(model: Model, need: str | None) -> bool:
     return need is None or capabilities is None or need in capabilities
 
 
-def describe(model: Model) -> str:
-    """ "llama3.2 · llama 3.2B · 2.0 GB": what tells models apart in a picker."""
-    details = [model.get("family"), model.get("parameter_size")]
+def describe(model: Model, room: int = 40) -> str:
+    """What tells models apart in a picker: "llama3.2 · llama 3.2B · 2.0 GB" (without the
+    family when that does not fit in ``room``)."""
     size = model.get("size")
-    parts = [" ".join(str(d) for d in details if d)]
-    if isinstance(size, int) and size > 0:
-        parts.append(f"{size / 1e9:.1f} GB")
-    return " · ".join([str(model.get("name")), *(p for p in parts if p)])
+    gigabytes = f"{size / 1e9:.1f} GB" if isinstance(size, int) and size > 0 else ""
+    text = ""
+    for details in (
+        [model.get("family"), model.get("parameter_size")],
+        [model.get("parameter_size")],
+    ):
+        parts = [str(model.get("name")), " ".join(str(d) for d in details if d), gigabytes]
+        text = " · ".join(p for p in parts if p)
+        if len(text) <= room:
+            break
+    return text
 
 
 def model_options(

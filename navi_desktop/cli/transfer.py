@@ -1,0 +1,137 @@
+"""``navi memory export``, ``import`` and ``stats``: a profile as a whole, in and out."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.cli.memory import _json, _profile, _with_store
+from navi_desktop.cli.output import emit_json, human_size
+from navi_desktop.errors import InvalidInput
+from navi_desktop.fileio import write_private_atomic
+
+if TYPE_CHECKING:
+    from navi_desktop.memory import MemoryStore
+
+MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
+
+
+def register(command: Any) -> None:
+    p = command("export", cmd_export, "export memories (JSON round-trips; Markdown is to read)")
+    p.add_argument("--format", choices=("json", "markdown"), default="json")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (0600) instead of stdout")
+
+    p = command("import", cmd_import, "import a JSON export; what is already there is skipped")
+    p.add_argument("file", metavar="FILE", help="an export file, or - for stdin")
+
+    command("stats", cmd_stats, "counts, file path and size")
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    import json
+
+    to_stdout = args.output in (None, "-")
+    if _json(args) and to_stdout and args.format != "json":
+        raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
+
+    async def work(store: MemoryStore):
+        data = await store.export_data()
+        text = (
+            json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+            if args.format == "json"
+            else await store.export_markdown()
+        )
+        return data, text
+
+    data, text = _with_store(args, work)
+    if to_stdout:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return 0
+    target = Path(args.output)
+    try:
+        write_private_atomic(target, text)
+    except OSError as exc:
+        raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    count = len(data["memories"])
+    if _json(args):
+        emit_json({"path": str(target.absolute()), "format": args.format, "memories": count})
+    else:
+        noun = "memory" if count == 1 else "memories"
+        print(f"Exported {count} {noun} ({args.format}) to {args.output}.")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from navi_desktop.memory.exchange import parse_export
+
+    source = "stdin" if args.file == "-" else args.file
+    try:
+        if args.file == "-":
+            stream = getattr(sys.stdin, "buffer", sys.stdin)
+            raw = stream.read(MAX_IMPORT_BYTES + 1)
+        else:
+            with open(args.file, "rb") as handle:
+                raw = handle.read(MAX_IMPORT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
+    if len(raw) > MAX_IMPORT_BYTES:
+        raise InvalidInput(
+            f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
+        )
+    try:
+        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from exc
+    data = parse_export(text, source)  # before the profile is opened: a bad file changes nothing
+
+    async def work(store: MemoryStore):
+        return await store.import_data(data)
+
+    report = _with_store(args, work)
+    if _json(args):
+        emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
+    else:
+        print(
+            f"Imported {source}: {report.added} added, {report.skipped} skipped (already here),"
+            f" {report.blocked} blocked (forgotten before)."
+        )
+    return 0
+
+
+# -- stats -------------------------------------------------------------------------------------
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    args.profile = profile = _profile(args)  # resolved once: _with_store reads it from args
+
+    async def work(store: MemoryStore):
+        return await store.stats()
+
+    stats = _with_store(args, work)
+    stats = {"profile": profile, **stats}
+    if _json(args):
+        emit_json(stats)
+        return 0
+    print(f"Profile     {profile}")
+    print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
+    memories = stats["memories"]
+    total = sum(sum(by.values()) for by in memories.values())
+    print(f"Memories    {total}")
+    for kind in sorted(memories):
+        parts = ", ".join(f"{n} {status}" for status, n in sorted(memories[kind].items()))
+        print(f"  {kind:<10} {parts}")
+    if stats["facts_by_category"]:
+        parts = ", ".join(f"{c} {n}" for c, n in sorted(stats["facts_by_category"].items()))
+        print(f"Facts       {parts}")
+    print(f"Pinned      {stats['pinned']}")
+    print(f"Sessions    {stats['sessions']} ({stats['messages']} messages)")
+    print(f"Forgotten   {stats['tombstones']} (tombstones)")
+    for scrub in stats.get("pending_scrubs") or []:
+        ids = ", ".join(f"#{i}" for i in scrub["ids"])
+        print(f"Scrubbing   {ids}: waiting since {scrub['since'][:19]}Z: {scrub['reason']}")
+    print(f"Entities    {stats['entities']}")
+    for e in stats["embeddings"]:
+        print(f"Vectors     {e['count']} × {e['model']} ({e['dim']}-d)")
+    return 0

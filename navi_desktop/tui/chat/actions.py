@@ -1,0 +1,115 @@
+"""What the user does to the open session besides chatting: rename, delete, export, and
+switch the chat model. Mixed into ``ChatScreen``, which provides what is declared here."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.widgets import Label
+
+from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
+from navi_desktop.tui.export import export_to
+
+if TYPE_CHECKING:
+    from navi_desktop.tui.app import NaviApp
+    from navi_desktop.tui.chat.sessions import SessionsPane
+
+
+class SessionActions:
+    if TYPE_CHECKING:
+        navi: NaviApp
+        app: NaviApp
+        session_id: str | None
+        incognito: bool
+        sessions: SessionsPane
+
+        async def _clear(self) -> None: ...
+        def notify(self, message: str, **kw: Any) -> None: ...
+        def query_one(self, selector: str, expect_type: Any = None) -> Any: ...
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_rename_session(self) -> None:
+        if self.session_id is None or self.incognito:
+            return
+        current = self.sessions.title_of(self.session_id) or ""
+        title = await self.app.push_screen_wait(TextScreen("Rename session", current))
+        if title is None:
+            return
+        try:
+            await self.navi.link.call("sessions.rename", {"id": self.session_id, "title": title})
+        except Exception as err:
+            self.navi.report(err, "Renaming the session")
+            return
+        self.sessions.reload()
+        self.query_one("#chat-title", Label).update(title)
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_delete_session(self) -> None:
+        if self.session_id is None or self.incognito:
+            return
+        title = self.sessions.title_of(self.session_id) or "this session"
+        answer = await self.app.push_screen_wait(
+            ConfirmScreen(
+                "Delete this session?",
+                f"{title}\n\nIts messages are deleted for good. Memories already learned from "
+                "it stay; forget them in the inspector (F3).",
+                yes="Delete",
+            )
+        )
+        if not confirmed(answer) or self.session_id is None:
+            return
+        try:
+            await self.navi.link.call("sessions.delete", {"id": self.session_id})
+        except Exception as err:
+            self.navi.report(err, "Deleting the session")
+            return
+        await self._clear()
+        self.sessions.reload()
+        self.notify("Session deleted")
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_export_session(self) -> None:
+        session_id = self.session_id
+        if session_id is None or self.incognito:
+            return
+        title = self.sessions.title_of(session_id) or session_id
+
+        async def markdown() -> str:
+            reply = await self.navi.link.call("sessions.export", {"id": session_id})
+            return str(reply["markdown"])
+
+        try:
+            path = await export_to(
+                self.app, "this session", f"navi-session-{_slug(title)}.md", markdown
+            )
+        except Exception as err:
+            self.navi.report(err, "Exporting the session")
+            return
+        if path is not None:
+            self.notify(f"Exported to {path}")
+
+    @work(exclusive=True, group="session-action", exit_on_error=False)
+    async def action_switch_model(self) -> None:
+        from navi_desktop.tui.chat.models import ModelPicker  # with its first use
+
+        try:
+            reply = await self.navi.link.call("ollama.models")
+        except Exception as err:
+            self.navi.report(err, "Listing the models")
+            return
+        current = self.navi.settings.ollama.chat_model
+        chosen = await self.app.push_screen_wait(ModelPicker(reply.get("models") or [], current))
+        if chosen is None or chosen == current:
+            return
+        try:
+            await self.navi.link.call("settings.set", {"changes": {"ollama.chat_model": chosen}})
+        except Exception as err:
+            self.navi.report(err, "Switching the model")
+            return
+        self.notify(f"Chat model: {chosen}, from the next message on")
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:40] or "session"
