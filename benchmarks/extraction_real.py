@@ -94,6 +94,9 @@ class Navi:
 
     def json(self, *args: str) -> Any:
         done = self.run(*args, "--json")
+        if done.returncode != 0 and "Traceback" in done.stderr:  # e.g. a checkout mid-edit
+            time.sleep(30)
+            done = self.run(*args, "--json")
         if done.returncode != 0:
             raise RuntimeError(f"navi {' '.join(args)}: {done.stderr.strip()[-400:]}")
         return json.loads(done.stdout)
