@@ -450,7 +450,7 @@ async def test_continued_session_is_processed_from_the_watermark(store, llm, fak
         llm,
         fake,
         [("user", "I live in Lyon."), ("assistant", "Noted.")],
-        extraction([fact("home city", "Lyon", "I live in Lyon")], summary="Part one."),
+        extraction([fact("home city", "Lyon", "I live in Lyon")], summary="About Lyon."),
         profile("Lives in Lyon."),
     )
     assert first.status == "processed"
@@ -459,7 +459,7 @@ async def test_continued_session_is_processed_from_the_watermark(store, llm, fak
     assert (await store.get_session(sid)).state == "open"
 
     fake.script(
-        extraction([fact("instrument", "cello", "I play the cello")], summary="Part two."),
+        extraction([fact("instrument", "cello", "I play the cello")], summary="About the cello."),
         profile("Lives in Lyon, plays cello."),
     )
     before = len(chat_bodies(fake))
@@ -471,7 +471,7 @@ async def test_continued_session_is_processed_from_the_watermark(store, llm, fak
     assert "Lyon" not in ask and "Noted." not in ask
     assert (await facts_by_key(store, "instrument"))[0]["status"] == "active"
     episodes, _ = await store.list_memories(kind="episode", sort="id", descending=False)
-    assert [e.value for e in episodes] == ["Part one.", "Part two."]
+    assert [e.value for e in episodes] == ["About Lyon.", "About the cello."]
 
 
 # -- 6. long sessions -------------------------------------------------------------------------

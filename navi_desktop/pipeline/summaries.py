@@ -21,7 +21,12 @@ from navi_desktop.pipeline.extraction import (
     JsonModel,
     request,
 )
-from navi_desktop.pipeline.grounding import check_summary, key_sentences, sensitive
+from navi_desktop.pipeline.grounding import (
+    check_summary,
+    content_words,
+    key_sentences,
+    sensitive,
+)
 
 if TYPE_CHECKING:
     from navi_desktop.memory.models import Memory
@@ -91,8 +96,10 @@ async def session_summary(
     if isinstance(candidate, str) and candidate.strip():
         text, notes = check_summary(candidate, sources, withheld)
         report.notes += [f"summary: {n}" for n in notes]
-        if text:
+        if text and content_words(text):
             return text
+        if text:  # "The user loves me.": nothing to find it by, nothing to learn from
+            report.notes.append("summary: it says nothing about the conversation")
     fallback = key_sentences(user_texts, withheld)
     if fallback:
         report.notes.append("summary: the user's own sentences were kept instead")
