@@ -14,7 +14,8 @@ from navi_desktop.errors import InvalidInput, NaviError
 
 APP_NAME = "navi-desktop"
 CONFIG_FILE_NAME = "config.toml"
-_PROFILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PROFILE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"  # the daemon's parameter check too
+_PROFILE_RE = re.compile(PROFILE_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Paths:
 
 
 def check_profile_name(name: str) -> str:
-    if not _PROFILE_RE.match(name) or name in {".", ".."}:
+    if not _PROFILE_RE.fullmatch(name):  # not match: "$" would let a final newline through
         raise InvalidInput(
             f"invalid profile name {name!r}: use 1-64 letters, digits, '_', '-' or '.',"
             " starting with a letter or digit"

@@ -86,7 +86,8 @@ class Reply:
     delay: float = 0.0
     hang: bool = False
     done_reason: str = "stop"
-    raw: dict[str, Any] | None = None  # sent verbatim as the whole reply (malformed replies)
+    # sent as the whole reply (malformed replies): a dict as JSON, bytes as they are
+    raw: dict[str, Any] | bytes | None = None
 
     def pieces(self) -> list[str]:
         if self.chunks is not None:
@@ -361,6 +362,8 @@ class FakeOllama:
         reply = cap_reply(reply, min(int(options.get("num_predict") or room), room))
         if reply.status is not None:
             return await _error(writer, reply.status, reply.error or "fake error")
+        if isinstance(reply.raw, bytes):
+            return await _send(writer, 200, reply.raw, "application/json")
         if reply.raw is not None:
             return await _json(writer, 200, reply.raw)
         started = time.perf_counter_ns()
@@ -668,6 +671,19 @@ _CARE = re.compile(
 )
 
 
+def _said_fact(key: str, value: str, evidence: str, category: str) -> dict[str, Any]:
+    """A fact as the extraction model states it, quoting the user."""
+    return {
+        "subject": "user",
+        "key": key,
+        "value": value.strip(),
+        "category": category,
+        "evidence": evidence,
+        "source": "conversation",
+        "confidence": 0.9,
+    }
+
+
 def _learn(body: dict[str, Any]) -> Reply:
     """A crude stand-in for the extraction model, so that trying the app by hand shows memory
     filling in: every "my X is Y" the user said becomes a fact, and "my doctor said ..." a
@@ -677,30 +693,12 @@ def _learn(body: dict[str, Any]) -> Reply:
     said = " ".join(str(m.get("content", "")) for m in body.get("messages", []))
     if "facts" in schema.get("properties", {}):
         facts = [
-            {
-                "subject": "user",
-                "key": key.strip().lower(),
-                "value": value.strip(),
-                "category": "profile",
-                "evidence": match.group(0),
-                "source": "conversation",
-                "confidence": 0.9,
-            }
-            for match in _MY.finditer(said)
-            for key, value in [match.groups()]
+            _said_fact(m.group(1).strip().lower(), m.group(2), m.group(0), "profile")
+            for m in _MY.finditer(said)
         ]
         facts += [
-            {
-                "subject": "user",
-                "key": f"{who.lower()}'s advice",
-                "value": advice.strip(),
-                "category": "health",
-                "evidence": match.group(0),
-                "source": "conversation",
-                "confidence": 0.9,
-            }
-            for match in _CARE.finditer(said)
-            for who, advice in [match.groups()]
+            _said_fact(f"{m.group(1).lower()}'s advice", m.group(2), m.group(0), "health")
+            for m in _CARE.finditer(said)
         ]
         summary = f"The user shared {len(facts)} fact(s)." if facts else "A short chat."
         return Reply(json.dumps({"facts": facts, "rules": [], "summary": summary}))

@@ -20,31 +20,6 @@ PROFILE = "alice"
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("NAVI_HOME", str(tmp_path))
-    monkeypatch.setenv("COLUMNS", "200")
-    # Text-only search, so "no match" is a meaningful answer; semantic search has its own test.
-    monkeypatch.setenv("NAVI_EMBEDDER", "none")
-    # These tests cover the commands on the file itself; the daemon path has its own tests.
-    monkeypatch.setenv("NAVI_DAEMON", "off")
-    return tmp_path
-
-
-@pytest.fixture
-def cli(home: Path, capsys: pytest.CaptureFixture[str]):
-    """Run ``navi memory --profile alice ARGS``; returns (exit code, stdout, stderr)."""
-
-    def call(*args: str, profile: str | None = PROFILE) -> tuple[int, str, str]:
-        capsys.readouterr()
-        argv = ["memory"] + (["--profile", profile] if profile else []) + list(args)
-        code = run(argv)
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
-
-
-@pytest.fixture
 def cli_json(cli):
     def call(*args: str, profile: str | None = PROFILE):
         code, out, err = cli("--json", *args, profile=profile)
@@ -574,8 +549,9 @@ def test_default_profile(cli, cli_json, home):
     assert db_path(home, default_profile()).exists()
 
 
-def test_invalid_profile_name(cli, home):
-    assert_user_error(cli("list", profile="../escape"), "invalid profile name")
+@pytest.mark.parametrize("name", ["../escape", "alice\n", ".", "a" * 65])
+def test_invalid_profile_name(cli, home, name):
+    assert_user_error(cli("list", profile=name), "invalid profile name")
     assert not (home / "data").exists()
 
 

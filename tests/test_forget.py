@@ -8,6 +8,9 @@ import pytest
 
 from navi_desktop.errors import NotFound
 from navi_desktop.memory import MemoryStore, NewMemory
+from navi_desktop.memory.failures import disk_full
+from navi_desktop.memory.scrub import DISK_FULL, UNFINISHED
+from navi_desktop.pipeline.forgetting import finish_scrubs
 from tests.fakes import BagOfWordsEmbedder
 
 SECRET_WORDS = ("Zanzibarquux", "Vrellingmoor")
@@ -143,3 +146,34 @@ async def test_forgetting_an_old_version_keeps_the_current_one(tmp_path):
         assert current.status == "active" and current.value == "Lisbon"
         with pytest.raises(NotFound, match="no memory"):
             await store.get(old.id)
+
+
+async def test_a_full_disk_after_the_forget_leaves_its_scrub_pending_until_there_is_space(
+    tmp_path, monkeypatch
+):
+    """The forget is saved whole; the merge of the indexes that follows cannot be (the disk
+    filled up meanwhile): the user is told so, and the scrub finishes once there is room."""
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        session = await store.create_session()
+        await store.save_message(session.id, "user", f"my locker code is {SECRET_WORDS[0]}")
+        fact = (await store.add_memory(SECRET_WORDS[0], key="locker code")).memory
+        execute, full = store.db.execute, [True]
+
+        async def execute_on_a_full_disk(sql: str, params=()):
+            if full[0] and "'optimize'" in sql:
+                raise disk_full(path)  # as SQLITE_FULL is reported
+            return await execute(sql, params)
+
+        monkeypatch.setattr(store.db, "execute", execute_on_a_full_disk)
+        report = await store.forget(fact.id)
+        assert report.forgotten == [fact.id] and report.scrub_pending == DISK_FULL
+        with pytest.raises(NotFound):
+            await store.get(fact.id)
+        [pending] = await store.pending_scrubs()
+        assert pending["ids"] == [fact.id] and pending["reason"] == UNFINISHED
+        assert await finish_scrubs(store) == []  # still full: tried again later
+        full[0] = False  # space is back
+        assert [p["ids"] for p in await finish_scrubs(store)] == [[fact.id]]
+        assert await store.pending_scrubs() == []
+        assert SECRET_WORDS[0].lower().encode() not in file_bytes(path).lower()

@@ -48,6 +48,19 @@ def test_json_strings_are_matched_as_the_text_they_stand_for():
     )
 
 
+@pytest.mark.parametrize("value", ["D:\\Vault\\zorb.kdbx", 'the "Quillfeather" clinic'])
+async def test_a_value_that_json_escapes_is_found_in_tool_call_arguments(store, value):
+    # A backslash or a double quote inside a word is escaped on disk (\\ and \").
+    session = await store.create_session()
+    call = {"tool_calls": [{"name": "memory_save", "arguments": {"value": value}}]}
+    await store.save_message(session.id, "assistant", "Saved.", meta=call)
+    memory = (await store.add_memory(value, key="place")).memory
+    assert (await store.forget_preview(memory.id)).everywhere == ["1 message in 1 session"]
+    await store.forget(memory.id)
+    [said] = await store.messages(session.id)
+    assert said.meta["tool_calls"][0]["arguments"]["value"] == MARKER
+
+
 @pytest.mark.parametrize(
     ("value", "broad"),
     [("v", True), ("ok", True), ("Yes", True), ("the one", True), ("Bob", False), ("Lyon", False)],

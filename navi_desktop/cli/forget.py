@@ -149,7 +149,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if report.scrub_pending:
         print(
             f"The memory file still holds an old copy of it: {report.scrub_pending}. Navi"
-            " removes it as soon as that reader closes; `navi memory stats` lists it until then."
+            " removes it by itself as soon as it can; `navi memory stats` lists it until then."
         )
     return 0
 

@@ -9,14 +9,15 @@ from typing import Annotated
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from navi_desktop.daemon.params import JsonValue, Params, Says, text
+from navi_desktop.daemon.params import JsonValue, Params, Says, integer, text
+from navi_desktop.paths import PROFILE_PATTERN
 
 MAX_CHAT_TEXT = 100_000
 MAX_TITLE = 500
 
 Profile = Annotated[
     str,
-    Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
+    Field(pattern=PROFILE_PATTERN),
     Says(
         "a profile name: 1 to 64 letters, digits, '_', '-' or '.', starting with a letter or digit"
     ),
@@ -28,7 +29,7 @@ MaybeTitle = text(MAX_TITLE, blank=True)  # blank: no title (or the default one)
 Host = text(2048, what="a host (URL or host:port)")
 ModelName = text(256, what="a model name")
 Topic = text(64, what="a topic")
-Limit = Annotated[int, Field(ge=1, le=1000), Says("an integer from 1 to 1000")]
+Limit = integer(1, 1000)
 
 
 class ProfileParams(Params):

@@ -22,7 +22,7 @@ import httpx
 import ollama
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.llm.budget import chat_request, structured_options
+from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN, chat_request, structured_options
 from navi_desktop.llm.errors import (
     InvalidModelOutput,
     LLMError,
@@ -397,7 +397,12 @@ class OllamaBackend:
                 stream=False,
             ),
         )
-        return response.message.content or "", response.done_reason
+        text = response.message.content or ""
+        if len(text) > (limit := bounded["num_predict"]) * MAX_CHARS_PER_TOKEN:
+            # A server that ignored num_predict: not worth reading (salvage walks every character).
+            problem = f"{len(text):,} characters, far beyond its limit of {limit} tokens"
+            raise InvalidModelOutput(model, problem, text[:200])
+        return text, response.done_reason
 
     # ---- embeddings ---------------------------------------------------------------------------
 
@@ -490,6 +495,10 @@ def _no_json(text: str, done_reason: str | None) -> str:
         json.loads(text)
     except json.JSONDecodeError as exc:
         return f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
+    except RecursionError:
+        return "JSON nested too deeply to read"
+    except ValueError:
+        return "JSON with a number too long to read"
     return "text that is not valid JSON"
 
 

@@ -8,11 +8,16 @@ are kept and the cut one is not.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
 _DECODER = json.JSONDecoder()
 _CLOSE = {"{": "}", "[": "]"}
+_START = re.compile(r"[{\[]")
+# What a parse can raise besides a syntax error (JSONDecodeError is a ValueError): nesting
+# deeper than the parser goes, a number of more than 4,300 digits.
+UNREADABLE = (ValueError, RecursionError)
 
 
 @dataclass(frozen=True)
@@ -29,15 +34,16 @@ def find_json(text: str, *, salvage: bool = False) -> Found | None:
     stripped = text.strip()
     try:
         return Found(json.loads(stripped))
-    except json.JSONDecodeError:
+    except UNREADABLE:
         pass
-    start = next((i for i, ch in enumerate(text) if ch in "{["), None)
-    if start is None:
+    first = _START.search(text)
+    if first is None:
         return None
+    start = first.start()
     try:
         value, _ = _DECODER.raw_decode(text, start)
         return Found(value, prose=True)
-    except json.JSONDecodeError:
+    except UNREADABLE:
         pass
     if not salvage:
         return None
@@ -77,6 +83,6 @@ def _close_prefix(text: str, start: int) -> Any:
     for end, closers in reversed(ends[-200:]):
         try:
             return json.loads(text[start:end] + closers)
-        except json.JSONDecodeError:
+        except UNREADABLE:
             continue
     return None

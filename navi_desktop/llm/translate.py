@@ -85,6 +85,10 @@ def translate(
         # other model, e.g. Message, is the caller's own malformed input: a bug.)
         detail = one_line(str(exc), 120)
         return OllamaError(f"Ollama at {host} sent a malformed reply to {operation}: {detail}")
+    if isinstance(exc, RecursionError):  # the client parsing a reply nested without end
+        return OllamaError(
+            f"Ollama at {host} sent a malformed reply to {operation}: JSON nested too deeply"
+        )
     return None
 
 

@@ -29,7 +29,7 @@ from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.db import DbError
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
-from navi_desktop.memory.scrub import ScrubCounts, ScrubOps
+from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
@@ -248,6 +248,9 @@ class ForgetOps(ScrubOps):
             report.forgotten, counts = await self._forget_rows(chain, matcher, same)
             report.redacted_messages = counts.messages
             report.redacted = counts.lines()
+            # Saved with the forget: a full disk or a crash before the purge below finishes
+            # leaves it to retry_scrubs.
+            await self._note_pending(report.forgotten, UNFINISHED)
         report.scrub_pending = await self._purge_free_space(
             report.forgotten, messages=report.redacted_messages > 0
         )
@@ -312,7 +315,8 @@ class ForgetOps(ScrubOps):
                             f"SELECT * FROM memories WHERE id IN ({marks})", ids
                         )
                         await copy._forget_rows(rows, matcher, same)
-                    await copy._purge_free_space(ids)
+                    if why := await copy._purge_free_space(ids):  # nothing retries a backup
+                        raise NaviError(f"its old pages still hold it: {why}")
                     await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
                 finally:
                     await copy.close()

@@ -151,10 +151,10 @@ class Matcher:
 
     def redact_json(self, raw: str | None, *, ensure_ascii: bool = True) -> tuple[str | None, int]:
         """A JSON document with every string (keys too) redacted; escaped text is matched as
-        the text it stands for."""
+        the text it stands for. Without a backslash, the strings are in ``raw`` as they are."""
         if not raw or self.regex is None:
             return raw, 0
-        if not self.may_match(raw) and "\\u" not in raw:
+        if "\\" not in raw and not self.may_match(raw):
             return raw, 0
         try:
             data = json.loads(raw)

@@ -5,9 +5,10 @@
 memories (summaries, reflections, facts, rules), history rows, the profile summary and other
 metadata, and entities. ``_apply_scrub`` redacts them in place and re-indexes what changed.
 ``_purge_free_space`` then merges the full-text indexes, refreshes planner samples that could
-hold old index keys, and folds the write-ahead log into the file. When another program holds
-the file open for reading, that last step cannot finish: the scrub is recorded as pending (ids
-and times only, never text) and retried until it can (``retry_scrubs``).
+hold old index keys, and folds the write-ahead log into the file. A forget records its scrub
+as pending (ids and times only, never text) with its other changes and clears that once done;
+when another program holds the file open for reading, or the disk is full, it stays pending
+and is retried until it can finish (``retry_scrubs``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.matching import MARKER, Matcher, needle_form
 from navi_desktop.memory.models import Memory
@@ -31,6 +33,9 @@ BUSY_MS = 5000  # the connection's usual wait for a lock (db.py)
 FORGET_WAIT_MS = 2000  # how long a forget waits for readers before it leaves the scrub pending
 RETRY_WAIT_MS = 250  # each later attempt: short, it holds the store's lock meanwhile
 WAITING = "another program is reading the memory file (a backup, a database browser?)"
+UNFINISHED = "it did not finish (a full disk, or Navi stopped)"
+DISK_FULL = "the disk is full: free some space"
+DISK_ERROR = "the disk reported an error: check it (free space, `dmesg`)"
 _MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
 _SUMMARY_KINDS = ("episode", "reflection")
 
@@ -105,7 +110,8 @@ def _candidates(matcher: Matcher, columns: tuple[str, ...], *, json: bool = Fals
     """A WHERE clause that keeps every row the matcher could match in ``columns`` and skips
     most others in SQLite, so a large profile's rows do not all travel to Python. Only for
     ASCII anchors (SQLite's lower() folds ASCII only): any row with other characters, or
-    with JSON escapes, is kept for the full match."""
+    with JSON escapes (any backslash: ``\\"`` and ``\\\\`` as well as ``\\u``), is kept
+    for the full match, as ``Matcher.redact_json`` does."""
     if not matcher.anchors or not all(a.isascii() for a in matcher.anchors):
         return "1", []
     parts: list[str] = []
@@ -121,7 +127,7 @@ def _candidates(matcher: Matcher, columns: tuple[str, ...], *, json: bool = Fals
         # Not ASCII: more bytes than characters (far faster than a GLOB character class).
         parts.append(f"length(CAST({text} AS BLOB)) != length({text})")
         if json:
-            parts.append(f"instr({text}, '\\u') > 0")
+            parts.append(f"instr({text}, '\\') > 0")
     return "(" + " OR ".join(parts) + ")", params
 
 
@@ -278,12 +284,9 @@ class ScrubOps:
 
     # -- the file's bytes ------------------------------------------------------------------------
 
-    async def _purge_free_space(
-        self: MemoryStore, ids: list[int], *, messages: bool = True
-    ) -> str | None:
+    async def _merge_indexes(self: MemoryStore, *, messages: bool = True) -> None:
         """Merge the full-text indexes so deleted terms leave their pages (secure_delete zeroes
-        freed ones), re-sample planner statistics that keep index keys, then fold the WAL into
-        the file and truncate it. Returns why that last step must wait, or None when done."""
+        freed ones), and re-sample planner statistics that keep index keys."""
         async with self.db.transaction():
             await self.db.execute("INSERT INTO memories_fts (memories_fts) VALUES ('optimize')")
             if messages:  # a full merge costs as much as the index is large
@@ -292,14 +295,39 @@ class ScrubOps:
             if await self.db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'sqlite_stat4'"):
                 await self.db.execute("ANALYZE memories")
                 await self.db.execute("ANALYZE entities")
-        if await self._checkpoint_truncate(FORGET_WAIT_MS):
-            return None
-        log.warning("forgotten text stays in the memory file until its reader closes")
+
+    async def _note_pending(self: MemoryStore, ids: list[int], reason: str) -> None:
+        """Record a scrub as unfinished (inside a transaction); ids and times, never text."""
+        pending = [p for p in await self._pending() if p["ids"] != ids]
+        pending.append({"ids": ids, "since": now_iso(), "reason": reason})
+        await self._set_meta(PENDING_KEY, json.dumps(pending))
+
+    async def _purge_free_space(
+        self: MemoryStore, ids: list[int], *, messages: bool = True
+    ) -> str | None:
+        """Merge the indexes (``_merge_indexes``), then fold the WAL into the file and truncate
+        it. Returns why that must wait, or None when done. A pending record of ``ids`` (see
+        ``forget``) is cleared once done, else it stays for ``retry_scrubs``: a full disk
+        here does not undo the forget, which is already saved."""
+        try:
+            await self._merge_indexes(messages=messages)
+            done = await self._checkpoint_truncate(FORGET_WAIT_MS)
+        except (DiskFull, DiskError) as exc:
+            log.warning("forgotten text stays in the memory file's free space: %s", exc)
+            return DISK_FULL if isinstance(exc, DiskFull) else DISK_ERROR
+        if not done:
+            log.warning("forgotten text stays in the memory file until its reader closes")
+            async with self.db.transaction():
+                await self._note_pending(ids, WAITING)
+            return WAITING
         async with self.db.transaction():
             pending = await self._pending()
-            pending.append({"ids": ids, "since": now_iso(), "reason": WAITING})
-            await self._set_meta(PENDING_KEY, json.dumps(pending))
-        return WAITING
+            left = [p for p in pending if p["ids"] != ids]
+            if left != pending:
+                await self._set_meta(PENDING_KEY, json.dumps(left) if left else None)
+        if left != pending:
+            await self._checkpoint_truncate(RETRY_WAIT_MS)  # leave the log empty again
+        return None
 
     async def _checkpoint_truncate(self: MemoryStore, wait_ms: int) -> bool:
         """Copy every logged page into the file and empty the log; False when a reader still
@@ -322,9 +350,12 @@ class ScrubOps:
             return await self._pending()
 
     async def retry_scrubs(self: MemoryStore, wait_ms: int = RETRY_WAIT_MS) -> list[dict[str, Any]]:
-        """Try the pending scrubs' last step again; returns the ones now complete."""
+        """Try the pending scrubs again; returns the ones now complete. A full disk raises."""
         before = await self.pending_scrubs()
-        if not before or not await self._checkpoint_truncate(wait_ms):
+        if not before:
+            return []
+        await self._merge_indexes()  # a no-op unless an earlier merge did not finish
+        if not await self._checkpoint_truncate(wait_ms):
             return []
         async with self.db.transaction():
             # A forget that became pending after the checkpoint above stays pending.

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.pipeline.grounding import check_summary
 from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, ask_field, refresh_profile
@@ -102,8 +103,13 @@ def scrub_logs(folder: Path, needles: list[str]) -> int:
 
 
 async def finish_scrubs(store: MemoryStore) -> list[dict[str, Any]]:
-    """Retry scrubs that waited for another reader of the file; the ones now complete."""
-    done = await store.retry_scrubs()
+    """Retry scrubs that waited for another reader of the file, or for space; the ones now
+    complete. A disk still full is tried again at the next call."""
+    try:
+        done = await store.retry_scrubs()
+    except (DiskFull, DiskError) as exc:
+        log.info("delayed scrub of %s still waits: %s", store.path, exc)
+        return []
     if done:
         log.info("delayed scrub complete for %s", store.path)
     return done

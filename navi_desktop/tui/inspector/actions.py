@@ -110,7 +110,7 @@ class MemoryActions:
         if report.get("scrub_pending"):
             self.notify(
                 f"The memory file still holds an old copy: {report['scrub_pending']}. Navi"
-                " removes it as soon as that reader closes.",
+                " removes it as soon as it can.",
                 title="Forgetting",
                 severity="warning",
                 timeout=15,

@@ -1,0 +1,79 @@
+"""Garbage from the model server at the session end: every kind ends as the session's named
+reason (pending) or a processed session, never an exception out of the seam."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from navi_desktop.pipeline.session_end import end_session
+from tests.fake_ollama import Reply
+from tests.pipeline_helpers import MODEL, SETTINGS, extraction, new_session
+
+LYON = '{"about": "user", "attribute": "home city", "value": "Lyon", "category": "profile",'
+LYON += ' "quote": "I live in Lyon", "confidence": %s}'
+
+
+def whole(content: str) -> Reply:
+    """A reply sent as it is, past the fake's own output limit (a server that ignores it)."""
+    message = {"role": "assistant", "content": content}
+    return Reply(raw={"model": MODEL, "message": message, "done": True, "done_reason": "stop"})
+
+
+GARBAGE = {
+    "not JSON": (Reply("The user seems nice."), "not valid JSON"),
+    "the wrong shape": (Reply("[1, 2, 3]"), "must be a JSON object"),
+    "nested too deeply": (Reply("[" * 2000 + "]" * 2000), "nested too deeply"),
+    "nested too deeply and cut": (Reply('{"facts": ' + "[" * 2000), "nested too deeply"),
+    "a number of 5,000 digits": (
+        whole('{"facts": [%s], "rules": []}' % (LYON % ("9" * 5000))),
+        "a number too long",
+    ),
+    "NaN": (Reply('{"facts": [%s], "rules": []}' % (LYON % "NaN")), "confidence is not"),
+    "a megabyte": (
+        whole(json.dumps({"facts": [], "rules": [], "summary": "x" * 1_000_000})),
+        "beyond its limit",
+    ),
+    "a reply nested too deeply around the answer": (
+        Reply(
+            raw=b'{"message": {"role": "assistant", "content": "{}"}, "done": true, "x": '
+            + b"[" * 2000
+            + b"]" * 2000
+            + b"}"
+        ),
+        "malformed reply",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", GARBAGE)
+async def test_garbage_ends_as_a_named_reason(store, llm, fake, name):
+    reply, reason = GARBAGE[name]
+    sid = await new_session(store, ("user", "I live in Lyon."))
+    fake.script(reply)
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert report.status == "pending"
+    assert reason in report.reason and "\n" not in report.reason
+    session = await store.get_session(sid)
+    assert (session.state, session.pending_reason) == ("pending", report.reason)
+
+
+PROFILES = {
+    "nested too deeply": Reply('{"profile": ' + "[" * 2000 + "]" * 2000 + "}"),
+    "a number of 5,000 digits": whole('{"profile": ' + "9" * 5000 + "}"),
+    "a megabyte": whole(json.dumps({"profile": "x" * 1_000_000})),
+}
+
+
+@pytest.mark.parametrize("name", PROFILES)
+async def test_a_garbage_profile_leaves_it_stale_and_the_session_processed(store, llm, fake, name):
+    reply = PROFILES[name]
+    sid = await new_session(store, ("user", "I live in Lyon."))
+    fact = json.loads(LYON % "0.9")
+    fake.script(extraction([fact], summary="The user lives in Lyon."), reply)
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert report.status == "processed" and report.learned.get("added")
+    assert not report.profile_updated
+    _, stale = await store.profile_summary()
+    assert stale  # written by a later try
