@@ -43,22 +43,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from daemon_perf import rss_mb  # noqa: E402
+
 from navi_desktop.daemon.client import DaemonClient  # noqa: E402
-from navi_desktop.daemon.main import lock_path, socket_path  # noqa: E402
+from navi_desktop.daemon.main import lock_path, log_path, socket_path  # noqa: E402
 from navi_desktop.paths import Paths  # noqa: E402
 from tests.fake_ollama import FakeModel, ThreadedFakeOllama  # noqa: E402
 
 CONFIG = '[ollama]\nchat_model = "llama3.2"\n[memory]\nembedder = "none"\nprofile = "bench"\n'
 PING = b'{"jsonrpc":"2.0","id":1,"method":"rpc.ping"}\n'
 GOAL_MS = 50.0
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def cpu_s(pid: int) -> float:
@@ -234,7 +228,7 @@ def main() -> int:
         pid = int(lock_path(paths).read_text().strip())
         results = asyncio.run(run_cases(socket_path(paths), pid, args))
         subprocess.run([*navi, "daemon", "stop"], env=environ, capture_output=True, timeout=120)
-        log = (paths.state / "daemon.log").read_text(errors="replace")
+        log = log_path(paths).read_text(errors="replace")
         results["log_tracebacks"] = log.count("Traceback")
         results["log_never_retrieved"] = log.count("never retrieved")
         results["log_dropped_peers"] = log.count("dropped:")

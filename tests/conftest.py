@@ -43,3 +43,48 @@ async def daemon(fake, tmp_path):
     running = await Daemon(make_home(tmp_path, fake.url)).start()
     yield running
     await running.stop()
+
+
+# -- the real CLI, in-process -----------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """NAVI_HOME in tmp_path, for commands run on the profile's file itself (no daemon)."""
+    monkeypatch.setenv("NAVI_HOME", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "200")
+    # Text-only search, so "no match" is a meaningful answer; semantic search has its own test.
+    monkeypatch.setenv("NAVI_EMBEDDER", "none")
+    # These tests cover the commands on the file itself; the daemon path has its own tests.
+    monkeypatch.setenv("NAVI_DAEMON", "off")
+    return tmp_path
+
+
+@pytest.fixture
+def cli(home, capsys):
+    """Run ``navi memory --profile alice ARGS``; returns (exit code, stdout, stderr)."""
+    from navi_desktop.cli.main import run
+
+    def call(*args: str, profile: str | None = "alice") -> tuple[int, str, str]:
+        capsys.readouterr()
+        argv = ["memory"] + (["--profile", profile] if profile else []) + list(args)
+        code = run(argv)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return call
+
+
+@pytest.fixture
+def sock_path():
+    """A socket path in a fresh folder under /tmp (short: socket paths are limited), removed
+    after the test; the ``run`` folder itself is not created."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    root = Path(tempfile.mkdtemp(prefix="navi-sock-", dir="/tmp"))
+    try:
+        yield root / "run" / "daemon.sock"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -25,6 +25,19 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
+def navi(
+    environ: dict[str, str], *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``navi *args`` as a subprocess with ``environ``; its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "navi_desktop", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 class Home:
     """A NAVI_HOME, the environment for ``navi`` subprocesses, and the fake Ollama."""
 
@@ -42,13 +55,7 @@ class Home:
         self.log = self.state / "daemon.log"
 
     def navi(self, *args: str, environ: dict[str, str] | None = None) -> Any:
-        return subprocess.run(
-            [sys.executable, "-m", "navi_desktop", *args],
-            env=environ or self.environ,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return navi(environ or self.environ, *args)
 
     def start(self) -> int:
         started = self.navi("daemon", "start")

@@ -8,7 +8,7 @@ from typing import Any
 
 from navi_desktop.llm.backend import OllamaBackend
 from navi_desktop.memory.store import MemoryStore
-from navi_desktop.pipeline.session_end import EndSettings
+from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 from tests.fake_ollama import FakeModel, FakeOllama, Reply
 
 MODEL = "llama3.2"  # completion + tools
@@ -103,3 +103,18 @@ async def memory_rows(store: MemoryStore) -> list[dict[str, Any]]:
 
 async def facts_by_key(store: MemoryStore, key: str) -> list[dict[str, Any]]:
     return [r for r in await memory_rows(store) if r["kind"] == "fact" and r["key"] == key]
+
+
+async def learn(
+    store: MemoryStore,
+    llm: OllamaBackend,
+    fake: FakeOllama,
+    turns: Any,
+    *replies: Any,
+    sid: str | None = None,
+    settings: EndSettings = SETTINGS,
+) -> tuple[str, EndReport]:
+    """A new session with ``turns``, ended with ``replies`` scripted."""
+    session_id = await new_session(store, *turns, sid=sid)
+    fake.script(*replies)
+    return session_id, await end_session(store, llm, session_id, settings)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.widgets.status_line import Banner
+from tests.daemon_home import navi as run_navi
 from tests.test_profile_errors import half, make_profiles
 from tests.tui_support import DEAD_HOST, SIZE, Daemon, ThreadedDaemon, make_home, until
 
@@ -49,14 +49,7 @@ async def test_daemon_status_carries_the_config_errors_with_the_value_in_force(t
 
 
 def navi(home: Path, *args: str, daemon: str = "on") -> subprocess.CompletedProcess[str]:
-    environ = {**os.environ, "NAVI_HOME": str(home), "NAVI_DAEMON": daemon}
-    return subprocess.run(
-        [sys.executable, "-m", "navi_desktop", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_navi({**os.environ, "NAVI_HOME": str(home), "NAVI_DAEMON": daemon}, *args)
 
 
 def test_the_cli_prints_one_warning_line_per_problem(tmp_path: Path):

@@ -15,6 +15,7 @@ import pytest
 from navi_desktop.daemon.client import DaemonClient
 from navi_desktop.daemon.main import socket_path
 from navi_desktop.paths import Paths
+from tests.daemon_home import navi
 from tests.fake_ollama import Reply, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS, extraction, fact, profile, rule
 
@@ -37,16 +38,6 @@ def env(tmp_path):
         timeout=60,
     )
     fake.stop()
-
-
-def navi(environ, *args, timeout=60):
-    return subprocess.run(
-        [sys.executable, "-m", "navi_desktop", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def start_daemon(environ) -> Path:

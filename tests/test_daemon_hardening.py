@@ -12,8 +12,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +23,6 @@ from navi_desktop.daemon.rpc import Limits, Peer, RpcServer
 from navi_desktop.memory.embedders import MAX_QUERY_CHARS, OllamaEmbedder
 
 HANG = 10.0  # seconds before a test calls a wait a hang
-
-
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="navi-hard-", dir="/tmp"))
-    try:
-        yield root / "run" / "daemon.sock"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def make_handlers(server_box: list[RpcServer]) -> dict[str, Any]:
@@ -261,7 +250,7 @@ async def test_requests_in_flight_are_capped_and_the_rest_waits(sock_path: Path)
                 asyncio.ensure_future(client.call("test.wait", {"s": 0.2}, timeout=HANG))
                 for _ in range(12)
             ]
-            await eventually(lambda: server.in_flight == 4)
+            await eventually(lambda: server.in_flight >= 4)  # never more than 4: checked next
             assert server.in_flight == 4
             assert await asyncio.gather(*calls) == [{"waited": True}] * 12
     finally:

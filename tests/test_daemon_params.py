@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from navi_desktop.daemon import memory_api, memory_params
 from navi_desktop.daemon.main import socket_path
 from navi_desktop.daemon.params import model_of
 from navi_desktop.paths import Paths
+from tests.daemon_home import navi
 from tests.daemon_support import make_service
 from tests.fake_ollama import ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS
@@ -78,16 +77,6 @@ class Daemon:
     @property
     def log(self) -> Path:
         return self.home / "state" / "daemon.log"
-
-
-def navi(environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "navi_desktop", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 @pytest.fixture(scope="module")

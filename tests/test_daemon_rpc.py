@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import stat
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,15 +25,6 @@ from navi_desktop.daemon.rpc import Peer, RpcServer, allowed, peer_uid
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
 
 MAX_FRAME = 64 * 1024
-
-
-@pytest.fixture
-def sock_path() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="navi-rpc-", dir="/tmp"))
-    try:
-        yield root / "run" / "daemon.sock"
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 class State:

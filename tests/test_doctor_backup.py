@@ -9,41 +9,20 @@ import os
 import sqlite3
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import sqlean
 
-from navi_desktop.cli.main import run
 from navi_desktop.memory.backup import DAILY, list_backups, take_daily
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
+from tests.daemon_home import navi as run_navi
 from tests.test_profile_errors import half, make_profiles, state
 from tests.tui_support import DEAD_HOST, Daemon, ThreadedDaemon, make_home
 
-PROFILE = "alice"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("NAVI_HOME", str(tmp_path))
-    monkeypatch.setenv("NAVI_EMBEDDER", "none")
-    monkeypatch.setenv("NAVI_DAEMON", "off")
-    monkeypatch.setenv("COLUMNS", "200")
-    return tmp_path
-
-
-@pytest.fixture
-def cli(home: Path, capsys: pytest.CaptureFixture[str]):
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = run(["memory", "--profile", PROFILE, *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
+PROFILE = "alice"  # the conftest cli fixture's profile
 
 
 def db(home: Path, profile: str = PROFILE) -> Path:
@@ -267,13 +246,7 @@ def test_the_whole_way_back_while_the_daemon_holds_the_profile_in_error(tmp_path
     environ = {**os.environ, "NAVI_HOME": str(tmp_path / "home"), "NAVI_EMBEDDER": "none"}
 
     def navi(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "navi_desktop", "memory", "--profile", "tester", *args],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        return run_navi(environ, "memory", "--profile", "tester", *args, timeout=120)
 
     daemon = ThreadedDaemon(paths).start()
     try:

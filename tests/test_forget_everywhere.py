@@ -18,22 +18,13 @@ import pytest
 from navi_desktop.daemon.client import DaemonClient
 from navi_desktop.daemon.main import socket_path
 from navi_desktop.paths import Paths
+from tests.daemon_home import navi
 from tests.fake_ollama import FakeOllama, Reply, ThreadedFakeOllama, remembering_model
 from tests.pipeline_helpers import MODELS
 from tests.tui_support import Daemon, make_home
 
 SECRET = "Zorblax4471"
 DENTIST = "Dr Quillfeather"
-
-
-def navi(environ: dict[str, str], *args: str, timeout: float = 60):
-    return subprocess.run(
-        [sys.executable, "-m", "navi_desktop", *args],
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 def occurrences(home: Path, text: str) -> dict[str, int]:

@@ -4,13 +4,8 @@ exit code 2, and nothing imported (the profile's memories counted before and aft
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
-from navi_desktop.cli.main import run
-
-PROFILE = "alice"
 
 
 def export(*memories: dict, **extra: object) -> str:
@@ -48,21 +43,6 @@ CASES = {
     "id past 64 bits": (export(memory(id=2**63)), '"id" must be an integer'),
     "not UTF-8": (b"\xff\xfe\x00garbage", "not UTF-8 text"),
 }
-
-
-@pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    monkeypatch.setenv("NAVI_HOME", str(tmp_path))
-    monkeypatch.setenv("NAVI_EMBEDDER", "none")
-    monkeypatch.setenv("NAVI_DAEMON", "off")
-
-    def call(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = run(["memory", "--profile", PROFILE, *args])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return call
 
 
 def count(cli) -> int:

@@ -15,7 +15,7 @@ from navi_desktop.memory.sessions import MAX_ACTIVE_RULES, SessionWrite
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.extraction import EXTRACTION_SCHEMA, MERGE_SCHEMA, PROFILE_SCHEMA
 from navi_desktop.pipeline.session_end import EndSettings, end_session
-from navi_desktop.pipeline.transcript import TOOL_RESULT_LIMIT, chunks, transcript_lines
+from navi_desktop.pipeline.transcript import TOOL_RESULT_LIMIT, transcript_lines
 from tests.fake_ollama import Reply
 from tests.pipeline_helpers import (
     MODEL,
@@ -24,6 +24,7 @@ from tests.pipeline_helpers import (
     extraction,
     fact,
     facts_by_key,
+    learn,
     make_backend,
     memory_rows,
     merged,
@@ -33,14 +34,6 @@ from tests.pipeline_helpers import (
     rule,
     say,
 )
-
-
-async def learn(store, llm, fake, turns, *replies, sid=None, settings=SETTINGS):
-    """A new session with ``turns``, ended with ``replies`` scripted."""
-    session_id = await new_session(store, *turns, sid=sid)
-    fake.script(*replies)
-    return session_id, await end_session(store, llm, session_id, settings)
-
 
 # -- 1. a conversation becomes memory ---------------------------------------------------------
 
@@ -477,6 +470,17 @@ async def test_continued_session_is_processed_from_the_watermark(store, llm, fak
 # -- 6. long sessions -------------------------------------------------------------------------
 
 
+def whole_line_chunks(lines, limit):
+    """The expected chunks: consecutive lines, each chunk under ``limit`` characters."""
+    out, size = [[]], 0
+    for line in lines:
+        if out[-1] and size + len(line[1]) + 1 > limit:
+            out, size = [*out, []], 0
+        out[-1].append(line)
+        size += len(line[1]) + 1
+    return out
+
+
 async def test_long_session_is_chunked_with_nothing_dropped(store, llm, fake):
     settings = EndSettings(model=MODEL, chunk_chars=200)
     turns = [
@@ -486,12 +490,14 @@ async def test_long_session_is_chunked_with_nothing_dropped(store, llm, fake):
     turns[5] = ("assistant", "marker-05 by the way, you said you keep bees on your roof.")
     turns[6] = ("user", "marker-06 Yes, I keep bees on the roof of my building.")
     sid = await new_session(store, *turns)
-    expected = len(chunks(transcript_lines(await store.messages(sid)), 200))
+    expected = len(whole_line_chunks(transcript_lines(await store.messages(sid)), 200))
     assert expected >= 4
     replies = [extraction(summary=f"Summary of part {n}.") for n in range(expected)]
     middle = next(
         n
-        for n, chunk in enumerate(chunks(transcript_lines(await store.messages(sid)), 200))
+        for n, chunk in enumerate(
+            whole_line_chunks(transcript_lines(await store.messages(sid)), 200)
+        )
         if any("marker-06" in text for _, text in chunk)
     )
     assert 0 < middle < expected - 1

@@ -15,7 +15,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +26,7 @@ from navi_desktop.daemon.client import RemoteCorruptDatabase
 from navi_desktop.errors import ProfileTooNew
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
+from tests.daemon_home import navi as run_navi
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
 NOBODY = 65534
@@ -250,13 +250,7 @@ def test_navi_chat_on_a_damaged_profile_prints_one_line(tmp_path: Path) -> None:
     environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": DEAD_HOST}
 
     def navi(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "navi_desktop", *args],
-            env=environ,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_navi(environ, *args)
 
     try:
         chat = navi("chat", "--profile", "bad", "hello")

@@ -6,7 +6,10 @@ own bindings in order (tui/widgets/ordered.py).
 
 Pilot's ``press`` waits for each key to be handled; a terminal's keys come in one read, and
 Textual's input thread posts their events at once. So these tests post the events at once,
-and the pty test sends the bytes through a real pseudo-terminal."""
+and the pty test sends the bytes through a real pseudo-terminal.
+
+They wait for a marker key, not for the app to be idle: a streaming reply keeps the process
+busy, and ``pilot.pause()`` then waits its full second each time."""
 
 from __future__ import annotations
 
@@ -29,6 +32,21 @@ RUNS = 50
 WORD, BURST, RESULT = "teacup", "\x7f" * 6 + "Bruno", "Bruno"
 
 
+MARK = "f24"  # bound only by Marked: it is handled last, after every key posted before it
+
+
+class Marked(NaviApp):
+    """Counts the marker key. A key that no widget takes bubbles from the focused field up to
+    the app, through the same queues, in order, as the keys posted before it: when the app
+    runs its binding, every one of them (a Backspace's binding included) has been handled."""
+
+    BINDINGS = [(MARK, "mark", "mark")]
+    marks = 0
+
+    def action_mark(self) -> None:
+        self.marks += 1
+
+
 def post_burst(app: NaviApp, text: str) -> None:
     """The events of one read from the terminal, posted at once as the input thread does."""
     for char in text:
@@ -40,24 +58,22 @@ async def ready(app: NaviApp, pilot: Any) -> None:
     await until(pilot, lambda: app.status.memories is not None)
 
 
-async def bursts_into(app: NaviApp, pilot: Any, field: Any) -> list[str]:
+async def bursts_into(app: Marked, pilot: Any, field: Any) -> list[str]:
     results = []
-    for _ in range(RUNS):
+    for run in range(1, RUNS + 1):
         field.focus()
         field.set(WORD)
-        await pilot.pause()
         post_burst(app, BURST)
-        await until(pilot, lambda: field.text.endswith("o") or len(field.text) <= 5, 5)
-        await pilot.pause()
+        app.post_message(events.Key(MARK, None))
+        await until(pilot, lambda run=run: app.marks == run, 5)  # type: ignore[misc]
         results.append(field.text)
         field.clear()
-        await pilot.pause()
     return results
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["idle", "while-a-reply-streams"])
 async def test_a_burst_in_the_prompt_keeps_its_order(fake, daemon, streaming) -> None:
-    app = NaviApp(daemon.paths, autostart=False)
+    app = Marked(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         prompt = PromptText(app.screen.query_one(Prompt))
@@ -107,7 +123,7 @@ class SearchText(PromptText):
 
 
 async def test_a_burst_in_the_session_search_keeps_its_order(fake, daemon) -> None:
-    app = NaviApp(daemon.paths, autostart=False)
+    app = Marked(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         await ready(app, pilot)
         await pilot.press(*"hello", "enter")  # a session with history to search

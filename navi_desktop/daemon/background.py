@@ -33,10 +33,6 @@ class IdleGate:
         self._last_turn = -float("inf")
         self._changed = asyncio.Event()
 
-    @property
-    def busy(self) -> bool:
-        return self._turns > 0
-
     def touch(self) -> None:
         """The user did something (e.g. started a new chat): quiet work waits a moment more."""
         self._last_turn = max(self._last_turn, time.monotonic())
@@ -101,7 +97,6 @@ class PoliteModel:
         self.gate = gate
         self.quiet = quiet
         self.on_wait = on_wait or (lambda waiting: None)
-        self.pauses = 0
 
     async def context_length(self, model: str) -> int | None:
         lookup = getattr(self.backend, "context_length", None)
@@ -130,7 +125,6 @@ class PoliteModel:
                     await asyncio.gather(call, return_exceptions=True)
             if not call.cancelled():
                 return call.result()
-            self.pauses += 1
             self.gate.pauses += 1
 
 

@@ -17,15 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from navi_desktop.daemon.peercred import peer_uid, user_label
-from navi_desktop.daemon.wire import (
-    INVALID_PARAMS,
-    MAX_DEPTH,
-    NOT_FOUND,
-    FrameError,
-    decode,
-    encode,
-    envelope,
-)
+from navi_desktop.daemon.wire import INVALID_PARAMS, NOT_FOUND, FrameError, decode, encode, envelope
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
 
 log = logging.getLogger(__name__)
@@ -295,7 +287,7 @@ class DaemonClient:
             self._writer.close()
 
     def _dispatch(self, line: bytes) -> None:
-        msg = decode(line, MAX_DEPTH)
+        msg = decode(line)
         if not isinstance(msg, dict):
             return
         if "result" in msg or "error" in msg:

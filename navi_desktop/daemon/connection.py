@@ -298,9 +298,14 @@ class Connection:
             pass
 
 
-def error_frame(rid: Any, code: int, message: str, kind: str | None = None) -> bytes:
-    """One encoded JSON-RPC error reply."""
+def error_reply(rid: Any, code: int, message: str, kind: str | None = None) -> dict[str, Any]:
+    """One JSON-RPC error reply; ``kind`` (the error's class) goes in ``data.kind``."""
     error: dict[str, Any] = {"code": code, "message": message}
     if kind is not None:
         error["data"] = {"kind": kind}
-    return encode({"jsonrpc": "2.0", "id": rid, "error": error})
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+def error_frame(rid: Any, code: int, message: str, kind: str | None = None) -> bytes:
+    """:func:`error_reply`, encoded."""
+    return encode(error_reply(rid, code, message, kind))

@@ -11,7 +11,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from navi_desktop.daemon.connection import Connection, Peer, error_frame
+from navi_desktop.daemon.connection import Connection, Peer, error_frame, error_reply
 from navi_desktop.daemon.wire import (
     APP_ERROR,
     INTERNAL_ERROR,
@@ -22,8 +22,8 @@ from navi_desktop.daemon.wire import (
     REQUEST_CANCELLED,
     FrameError,
     decode,
+    encode,
 )
-from navi_desktop.daemon.wire import encode as _encode
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
 
 log = logging.getLogger("navi_desktop.daemon.rpc")
@@ -40,13 +40,6 @@ _JSON_TYPES = {
     float: "number",
     type(None): "null",
 }
-
-
-def _error(rid: Any, code: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    error: dict[str, Any] = {"code": code, "message": message}
-    if kind is not None:
-        error["data"] = {"kind": kind}
-    return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
 def _json_type(value: Any) -> str:
@@ -100,28 +93,23 @@ class Dispatcher:
             return error_frame(None, exc.code, str(exc))
         if not isinstance(msg, dict):
             what = "batch requests are not supported" if isinstance(msg, list) else None
-            return _encode(
-                _error(
-                    None,
-                    INVALID_REQUEST,
-                    "invalid request: "
-                    + (what or f"expected a JSON object, got {_json_type(msg)}"),
-                )
+            return error_frame(
+                None,
+                INVALID_REQUEST,
+                "invalid request: " + (what or f"expected a JSON object, got {_json_type(msg)}"),
             )
         is_call = "id" in msg
         rid = msg.get("id")
         if not _valid_id(rid):
-            return _encode(
-                _error(
-                    None,
-                    INVALID_REQUEST,
-                    "invalid request: 'id' must be a string (valid Unicode), an integer or"
-                    f" null, got {_json_type(rid)}",
-                )
+            return error_frame(
+                None,
+                INVALID_REQUEST,
+                "invalid request: 'id' must be a string (valid Unicode), an integer or"
+                f" null, got {_json_type(rid)}",
             )
         problem = self._shape_problem(msg)
         if problem is not None:
-            return _encode(_error(rid, INVALID_REQUEST, f"invalid request: {problem}"))
+            return error_frame(rid, INVALID_REQUEST, f"invalid request: {problem}")
         method: str = msg["method"]
         params: dict[str, Any] = msg.get("params") or {}
         response = await self._call(peer, rid, method, params)
@@ -130,16 +118,14 @@ class Dispatcher:
                 log.info("notification %s failed: %s", method, response["error"]["message"])
             return None
         try:
-            return _encode(response)
+            return encode(response)
         except (TypeError, ValueError, RecursionError) as exc:
             log.error("result of %s is not JSON-serialisable: %s", method, exc)
-            return _encode(
-                _error(
-                    rid,
-                    INTERNAL_ERROR,
-                    f"internal error: the result of {method} could not be encoded as JSON",
-                    type(exc).__name__,
-                )
+            return error_frame(
+                rid,
+                INTERNAL_ERROR,
+                f"internal error: the result of {method} could not be encoded as JSON",
+                type(exc).__name__,
             )
 
     @staticmethod
@@ -161,40 +147,32 @@ class Dispatcher:
         handler = self._handlers.get(method)
         if handler is None:
             if len(method) > MAX_NAME_IN_MESSAGE:  # no fuzzy matching on a long string
-                return _error(rid, METHOD_NOT_FOUND, f"unknown method {method[:40]!r}...")
+                return error_reply(rid, METHOD_NOT_FOUND, f"unknown method {method[:40]!r}...")
             hint = difflib.get_close_matches(method, list(self._handlers), n=1)
             message = f"unknown method {method!r}" + (
                 f" (did you mean {hint[0]!r}?)" if hint else ""
             )
-            return _error(rid, METHOD_NOT_FOUND, message)
+            return error_reply(rid, METHOD_NOT_FOUND, message)
         try:
             result = await handler(params, peer)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # this request itself is being cancelled (connection closed, stop())
-            return _error(rid, REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled")
+            return error_reply(rid, REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled")
         except NotFound as exc:
-            return _error(rid, NOT_FOUND, str(exc), type(exc).__name__)
+            return error_reply(rid, NOT_FOUND, str(exc), type(exc).__name__)
         except InvalidInput as exc:
-            return _error(rid, INVALID_PARAMS, str(exc), type(exc).__name__)
+            return error_reply(rid, INVALID_PARAMS, str(exc), type(exc).__name__)
         except NaviError as exc:
-            return _error(rid, APP_ERROR, str(exc), type(exc).__name__)
-        except TypeError as exc:
-            if _is_signature_error(exc):
-                return _error(
+            return error_reply(rid, APP_ERROR, str(exc), type(exc).__name__)
+        except Exception as exc:
+            if isinstance(exc, TypeError) and _is_signature_error(exc):
+                return error_reply(
                     rid, INVALID_PARAMS, f"invalid params for {method}: {exc}", "InvalidInput"
                 )
             log.exception("internal error in %s", method)
-            return _error(
-                rid,
-                INTERNAL_ERROR,
-                f"internal error in {method}: TypeError (see the daemon log)",
-                "TypeError",
-            )
-        except Exception as exc:
-            log.exception("internal error in %s", method)
-            return _error(
+            return error_reply(
                 rid,
                 INTERNAL_ERROR,
                 f"internal error in {method}: {type(exc).__name__} (see the daemon log)",

@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from navi_desktop.daemon.params import INT64_MAX, JsonObject, Params, RowId, Timestamp, number, text
+from navi_desktop.daemon.method_params import SessionId
+from navi_desktop.daemon.params import INT64_MAX, JsonObject, Params, RowId, Timestamp, Unit, text
 from navi_desktop.memory.exchange import FORMAT, VERSION
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
 
@@ -17,8 +18,6 @@ MAX_ITEMS = 1_000_000
 Text = text(100_000)
 Optional = text(100_000, blank=True)  # evidence, a subject or key: may be empty in old files
 Name = text(200)
-SessionId = text(128, what="a session id")
-Unit = number(0.0, 1.0)
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 

@@ -82,7 +82,6 @@ async def serve(
     stop = stop or asyncio.Event()
     server = RpcServer(sock, {})
     service = Service(paths, settings, server.broadcast)
-    watcher_errors = list(errors)
     service.config_errors = [str(e) for e in errors]  # in daemon.status: every client shows them
 
     @takes(mp.NoParams)
@@ -92,11 +91,11 @@ async def serve(
 
     @takes(mp.NoParams)
     async def settings_get(params: mp.NoParams, peer: Any) -> dict[str, Any]:
-        from navi_desktop.llm.types import resolve_host
+        from navi_desktop.ollama_host import resolve_host
 
         return {
             "settings": service.settings.to_dict(),
-            "errors": [str(e) for e in watcher_errors],
+            "errors": service.config_errors,
             # What an unset host means here: OLLAMA_HOST is the daemon's, not the app's.
             "unset": {"ollama.host": resolve_host(None)},
         }
@@ -112,9 +111,7 @@ async def serve(
         return {"settings": service.settings.to_dict()}
 
     async def on_settings(new: Any, errs: list[Any], changed: set[str]) -> None:
-        nonlocal watcher_errors
         service.apply_settings(new)
-        watcher_errors = list(errs)
         service.config_errors = [str(e) for e in errs]
         await server.broadcast(
             "settings",
@@ -122,7 +119,7 @@ async def serve(
             {
                 "settings": new.to_dict(),
                 "changed": sorted(changed),
-                "errors": [str(e) for e in errs],
+                "errors": service.config_errors,
             },
         )
 

@@ -17,8 +17,18 @@ from pydantic_core import PydanticCustomError
 
 from navi_desktop.daemon import memory_api
 from navi_desktop.daemon.export_params import ExportFile
-from navi_desktop.daemon.method_params import ProfileParams
-from navi_desktop.daemon.params import Params, RowId, Says, Timestamp, number, parse, text
+from navi_desktop.daemon.method_params import Limit, ProfileParams, SessionId
+from navi_desktop.daemon.params import (
+    INT64_MAX,
+    Params,
+    RowId,
+    Says,
+    Timestamp,
+    Unit,
+    integer,
+    parse,
+    text,
+)
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.maintenance import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
@@ -40,9 +50,9 @@ SearchKind = Literal[(*KINDS, "message")]  # type: ignore[valid-type]
 Value = text(MAX_VALUE)
 Evidence = text(MAX_VALUE)
 Label = text(MAX_LABEL)
-SessionRef = text(128, what="a session id")
 Query = text(MAX_QUERY, blank=True)
-Unit = number(0.0, 1.0)
+Page = integer(1, MAX_PAGE)
+Offset = integer(0, INT64_MAX)
 SearchKinds = Annotated[
     list[SearchKind],
     Field(max_length=len(KINDS) + 1),
@@ -83,7 +93,7 @@ class Add(MemoryParams):
     evidence: Evidence | None = None
     source: Source = "user_explicit"
     confidence: Unit = 1.0
-    session_id: SessionRef | None = None
+    session_id: SessionId | None = None
     message_from: RowId | None = None
     message_to: RowId | None = None
     status: Literal["active", "held"] = "active"
@@ -133,18 +143,18 @@ class List(MemoryParams):
     pinned: bool | None = None
     sort: Sort = "updated"
     descending: bool = True
-    limit: Annotated[int, Field(ge=1, le=MAX_PAGE), Says(f"an integer from 1 to {MAX_PAGE}")] = 50
-    offset: Annotated[int, Field(ge=0, le=2**63 - 1), Says("an integer from 0 to 2^63-1")] = 0
+    limit: Page = 50
+    offset: Offset = 0
 
 
 @method("memory.search")
 class Search(MemoryParams):
     positional = ("query",)
     query: Query
-    limit: Annotated[int, Field(ge=1, le=1000), Says("an integer from 1 to 1000")] = 10
+    limit: Limit = 10
     kinds: SearchKinds | None = None
     categories: Categories | None = None
-    exclude_session: SessionRef | None = None
+    exclude_session: SessionId | None = None
     since: Timestamp | None = None
     until: Timestamp | None = None
     include_inactive: bool = False

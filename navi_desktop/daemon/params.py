@@ -97,6 +97,7 @@ def _int(n: int) -> str:
     return "2^63-1" if n == INT64_MAX else str(n)
 
 
+Unit = number(0.0, 1.0)  # a confidence, a strength
 RowId = Annotated[
     int, Field(ge=1, le=INT64_MAX), Says("an id: an integer from 1 to 2^63-1")
 ]  # memories, messages: SQLite rowids

@@ -28,34 +28,15 @@ from navi_desktop.daemon.connection import LINGER_S, Connection, Limits, Peer, e
 from navi_desktop.daemon.dispatch import Dispatcher, Handler
 from navi_desktop.daemon.files import clear_socket_path
 from navi_desktop.daemon.peercred import peer_uid
-from navi_desktop.daemon.wire import (
-    ACCESS_DENIED,
-    APP_ERROR,
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    NOT_FOUND,
-    PARSE_ERROR,
-    REQUEST_CANCELLED,
-    envelope,
-)
-from navi_desktop.daemon.wire import encode as _encode
+from navi_desktop.daemon.wire import ACCESS_DENIED, APP_ERROR, encode, envelope
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import ensure_own_dir
 
 log = logging.getLogger(__name__)
 
+# The codes themselves are in ``wire``; ``ACCESS_DENIED`` is the one this module sends alone.
 __all__ = [
     "ACCESS_DENIED",
-    "APP_ERROR",
-    "INTERNAL_ERROR",
-    "INVALID_PARAMS",
-    "INVALID_REQUEST",
-    "METHOD_NOT_FOUND",
-    "NOT_FOUND",
-    "PARSE_ERROR",
-    "REQUEST_CANCELLED",
     "Handler",
     "Limits",
     "Peer",
@@ -115,11 +96,10 @@ class RpcServer(Dispatcher):
         handlers: dict[str, Handler],
         *,
         max_frame: int = DEFAULT_MAX_FRAME,
-        write_timeout: float = Limits.write_timeout,
         limits: Limits | None = None,
     ) -> None:
         self.socket_path = Path(socket_path)
-        self.limits = limits or Limits(max_frame=max_frame, write_timeout=write_timeout)
+        self.limits = limits or Limits(max_frame=max_frame)
         self._handlers: dict[str, Handler] = {
             "rpc.ping": self._ping,
             "rpc.subscribe": self._subscribe,
@@ -135,14 +115,6 @@ class RpcServer(Dispatcher):
         self._stopping = False
         self._max_connections = self.limits.max_connections
         self._sweeper: asyncio.Task[None] | None = None
-
-    @property
-    def max_frame(self) -> int:
-        return self.limits.max_frame
-
-    @property
-    def write_timeout(self) -> float:
-        return self.limits.write_timeout
 
     # registration and introspection
 
@@ -267,7 +239,7 @@ class RpcServer(Dispatcher):
         targets = [c for c in self._connections if not c.closed and c.peer.subscribed(topic)]
         if not targets:
             return 0
-        data = _encode(envelope(method, params))
+        data = encode(envelope(method, params))
         return sum(c.push(data) for c in targets)
 
     # connections

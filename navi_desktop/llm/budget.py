@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,21 +21,27 @@ JSON_CHARS_PER_TOKEN = 2.5  # structured output: quotes, braces and short keys
 MESSAGE_OVERHEAD = 8  # role markers and separators of a chat template, per message
 MIN_NUM_CTX = 4096  # current Ollama's default: chat and background work share one size
 MIN_OUTPUT = 256  # the least output room worth asking for
+MAX_CHARS_PER_TOKEN = 64  # longer than any token: an answer beyond num_predict × this ignored it
 # Structured requests are background work: close to deterministic. A fixed seed makes a
 # retry with the same strategy give the same answer, so retries change the strategy instead.
 STRUCTURED_DEFAULTS: dict[str, Any] = {"temperature": 0.1, "top_p": 0.9, "seed": 42}
+_WIDE = re.compile("[\u2e80-\U0010ffff]+")  # CJK and the scripts after it
 
 
 def estimate_tokens(text: str) -> int:
     """An upper-leaning estimate: ~3.2 characters per token; CJK and other wide scripts one
     token per character."""
-    wide = sum(1 for ch in text if ord(ch) > 0x2E7F)
+    # Counted in C: chunking and prompt fitting measure long texts many times over.
+    wide = 0 if text.isascii() else sum(map(len, _WIDE.findall(text)))
     return math.ceil((len(text) - wide) / CHARS_PER_TOKEN) + wide + 1
 
 
+def _message_tokens(message: Mapping[str, Any]) -> int:
+    return estimate_tokens(str(message.get("content") or "")) + MESSAGE_OVERHEAD
+
+
 def prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    each = (estimate_tokens(str(m.get("content") or "")) + MESSAGE_OVERHEAD for m in messages)
-    return 16 + sum(each)
+    return 16 + sum(map(_message_tokens, messages))
 
 
 def schema_chars(schema: Mapping[str, Any], root: Mapping[str, Any] | None = None) -> int | None:
@@ -159,11 +166,11 @@ def chat_request(
     server does not cut the prompt from the front; a prompt beyond the model's context is
     fitted first (:func:`fit_messages`)."""
     room = min(reply_tokens or 1024, 1024)
-    fitted = fit_messages(messages, context_length, room)
+    fitted, tokens = _fit(messages, context_length, room)
     options = dict(given or {})
     if reply_tokens:
         options.setdefault("num_predict", reply_tokens)
-    options.setdefault("num_ctx", context_size(prompt_tokens(fitted) + room, context_length))
+    options.setdefault("num_ctx", context_size(tokens, context_length))
     return fitted, options
 
 
@@ -174,19 +181,31 @@ def fit_messages(
     the server (which cuts the start: the instructions): a history message longer than half
     of it keeps its start and end, then the oldest history goes. The system prompt and the
     last message stay."""
+    return _fit(messages, context_length, reserve)[0]
+
+
+def _fit(
+    messages: Sequence[Mapping[str, Any]], context_length: int | None, reserve: int
+) -> tuple[list[dict[str, Any]], int]:
+    """:func:`fit_messages`, and the fitted prompt's tokens plus ``reserve``; each message is
+    measured once."""
     out = [dict(m) for m in messages]
     if not context_length:
-        return out
+        return out, prompt_tokens(out) + reserve
     limit = context_length - reserve
     last = len(out) - 1
+    costs = []
     for i, m in enumerate(out):
         text = str(m.get("content") or "")
         if 0 < i < last and estimate_tokens(text) > limit // 2:
             keep = int(limit // 4 * CHARS_PER_TOKEN) // 2
             m["content"] = f"{text[:keep]} […] {text[-keep:]}"
-    while prompt_tokens(out) > limit:
+        costs.append(_message_tokens(m))
+    total = 16 + sum(costs)
+    while total > limit:
         index = next((i for i in range(len(out) - 1) if out[i].get("role") != "system"), None)
         if index is None:
             break
         del out[index]
-    return out
+        total -= costs.pop(index)
+    return out, total + reserve

@@ -5,54 +5,14 @@ Stdlib only, so the TUI and the daemon protocol can use these without importing 
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
-import os
-import urllib.parse
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-DEFAULT_HOST = "http://127.0.0.1:11434"
-DEFAULT_PORT = 11434
-
-# Addresses a server listens on but a client cannot usefully connect to.
-_UNSPECIFIED = {"0.0.0.0": "127.0.0.1", "::": "::1"}
-
-
-def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = None) -> str:
-    """The base URL to connect to: ``host``, else ``OLLAMA_HOST``, else the local default.
-
-    Accepts what Ollama's own tools accept: ``127.0.0.1:11434``, ``example.com``,
-    ``http://host:port``, ``https://host/path``, ``[::1]:11434``. A bare host gets port
-    11434; ``http://`` / ``https://`` without a port mean 80 / 443, as in the ``ollama`` CLI.
-    A listen-all address (``0.0.0.0``, ``::``) connects to loopback.
-    """
-    env = os.environ if environ is None else environ
-    raw = (host or "").strip() or env.get("OLLAMA_HOST", "").strip()
-    if not raw:
-        return DEFAULT_HOST
-    scheme, sep, rest = raw.partition("://")
-    port = DEFAULT_PORT
-    if not sep:
-        scheme, rest = "http", raw
-    elif scheme == "https":
-        port = 443
-    elif scheme == "http":
-        port = 80
-    split = urllib.parse.urlsplit(f"{scheme}://{rest}")
-    name = split.hostname or "127.0.0.1"
-    with contextlib.suppress(ValueError):  # a port that is not a number: keep the default
-        port = split.port or port
-    name = _UNSPECIFIED.get(name, name)
-    try:
-        if isinstance(ipaddress.ip_address(name), ipaddress.IPv6Address):
-            name = f"[{name}]"
-    except ValueError:
-        pass
-    path = split.path.strip("/")
-    return f"{scheme}://{name}:{port}" + (f"/{path}" if path else "")
-
+# Host resolution, re-exported: it lives in navi_desktop.ollama_host, which the CLI loads
+# without this layer.
+from navi_desktop.ollama_host import DEFAULT_HOST as DEFAULT_HOST
+from navi_desktop.ollama_host import DEFAULT_PORT as DEFAULT_PORT
+from navi_desktop.ollama_host import resolve_host as resolve_host
 
 # ---- model descriptions -------------------------------------------------------------------
 

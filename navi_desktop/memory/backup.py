@@ -27,6 +27,7 @@ import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError
 from navi_desktop.memory.failures import free_bytes, megabytes, translate
+from navi_desktop.memory.filecheck import read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
 DAILY, MANUAL = "daily", "manual"
@@ -94,7 +95,7 @@ def make_backup(
     folder = backups_dir(db_path) if target is None else target.parent
     if target is not None and target.is_dir():
         folder = target
-    size = sum(p.stat().st_size for p in (db_path, _wal(db_path)) if p.exists())
+    size = sum(p.stat().st_size for p in (db_path, wal_path(db_path)) if p.exists())
     free = free_bytes(folder if folder.exists() else db_path.parent)
     if free is not None and free < size + RESERVE_BYTES:
         raise DiskFull(
@@ -114,8 +115,6 @@ def make_backup(
 def copy_database(source: Path, target: Path) -> int:
     """Copy a SQLite file (through its WAL, if any) into the new file ``target``, whole or
     not at all; returns its size. ``source`` is only read."""
-    from navi_desktop.memory.filecheck import read_only
-
     target = Path(target)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
@@ -166,10 +165,6 @@ def take_daily(db_path: Path, keep: int, *, now: float | None = None) -> BackupR
         with contextlib.suppress(OSError):
             old.unlink()
     return result
-
-
-def _wal(path: Path) -> Path:
-    return path.with_name(path.name + "-wal")
 
 
 def _free_name(folder: Path, base: str) -> Path:

@@ -110,14 +110,15 @@ class Database:
                 os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
             except OSError as exc:
                 raise os_failure(exc, path, opening=True) from exc
-        # Check in a plain thread first: a connector failing inside aiosqlite's worker thread
-        # leaves that thread reporting to a loop that may be gone.
-        await asyncio.to_thread(lambda: _connector(path, opening=True).close())
-        # Only a file known to be ours gets its permissions tightened.
+        # Only a file known to be ours (probed, or new) gets its permissions tightened; before
+        # SQLite opens it, so that its log is created with the same mode.
         ensure_private_dir(path.parent)
         if path.stat().st_mode & 0o777 != 0o600:
             path.chmod(0o600)
-        conn = aiosqlite.Connection(lambda: _connector(path, opening=True), iter_chunk_size=64)
+        # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
+        # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
+        opened = await asyncio.to_thread(_connector, path, opening=True)
+        conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
         return cls(conn, path)

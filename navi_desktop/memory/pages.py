@@ -173,7 +173,6 @@ def _schema_roots(reader: PageReader, result: TableRows) -> dict[int, str]:
             for _, values in reader.leaf_rows(n, result):
                 if len(values) >= 4 and values[0] == "table" and isinstance(values[3], int):
                     roots[values[3]] = str(values[1])
-                    roots.setdefault(n, "sqlite_schema")
     for n in seen:
         roots.setdefault(n, "sqlite_schema")
     return roots

@@ -136,6 +136,11 @@ class Transcript:
                 by_role[role].append((getattr(m, "id", 0), squash(str(getattr(m, "content", "")))))
         return cls(tuple(by_role["user"]), tuple(by_role["assistant"]), tuple(by_role["tool"]))
 
+    def first_with(self, quote: str) -> int | None:
+        """The id of the earliest message that holds ``quote`` (squashed)."""
+        lines = (*self.user, *self.assistant, *self.tool)
+        return min((mid for mid, text in lines if quote in text), default=None)
+
 
 def _holder(quote: str, lines: Iterable[tuple[int, str]]) -> str | None:
     return next((text for _, text in lines if quote in text), None)

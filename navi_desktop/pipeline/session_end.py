@@ -105,7 +105,6 @@ async def end_session(
         (m.content for m in messages if m.role == "tool"),  # never the user's instructions
     )
     said = Transcript.of(messages)
-    quoted = [(m.id, squash(m.content)) for m in messages]
     attempt = await _attempts(store, session_id)
     chunks = await _chunks(llm, settings, lines, attempt)
     report.chunks = len(chunks)
@@ -124,7 +123,7 @@ async def end_session(
             planned = await plan(store, kept, conversation=conversation, sim=settings.similarity)
         except RETRYABLE as exc:
             return await run.pending(exc)
-        writes = [w for p in planned if (w := _write(p, session_id, quoted)) is not None]
+        writes = [w for p in planned if (w := _write(p, session_id, said)) is not None]
         report.dropped += [f"{_label(p)}: {p.reason}" for p in planned if p.action == "drop"]
         run.withheld += [_said(p) for p in planned if p.action in ("hold", "repeat")]
         run.summaries.append(parsed.extraction.summary)
@@ -300,10 +299,11 @@ def _label(p: Planned) -> str:
     return f"{c.key}: {c.value}" if isinstance(c, FactCandidate) else c.instruction
 
 
-def _write(p: Planned, session_id: str, quoted: list[tuple[int, str]]) -> SessionWrite | None:
+def _write(p: Planned, session_id: str, said: Transcript) -> SessionWrite | None:
     if p.action == "drop":
         return None
-    span = _span(p.candidate.evidence, quoted)
+    quote = squash(p.candidate.evidence)
+    span = said.first_with(quote) if quote else None  # the message the quote comes from
     if isinstance(p.candidate, FactCandidate):
         c = p.candidate
         memory = NewMemory(
@@ -335,13 +335,3 @@ def _write(p: Planned, session_id: str, quoted: list[tuple[int, str]]) -> Sessio
         return SessionWrite("hold", memory)
     action = "strengthen" if p.action == "strengthen" else "add"
     return SessionWrite(action, memory, p.target_id)
-
-
-def _span(evidence: str, quoted: list[tuple[int, str]]) -> int | None:
-    """The id of the message the evidence quote comes from (``quoted``: ids and squashed text)."""
-    quote = squash(evidence)
-    if quote:
-        for message_id, text in quoted:
-            if quote in text:
-                return message_id
-    return None

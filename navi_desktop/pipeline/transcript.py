@@ -1,4 +1,4 @@
-"""A session's messages as the text an extraction model reads, split into chunks."""
+"""A session's messages as the text an extraction model reads (chunked in :mod:`.chunking`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ TOOL_RESULT_LIMIT = 800  # characters of a tool result kept in the transcript
 # Characters of a reply kept (its start and end): facts come from the user's own words, and a
 # long reply only dilutes them (and tempts a small model to quote it).
 ASSISTANT_LIMIT = 600
-CHUNK_CHARS = 12_000  # about 3,000 tokens: leaves room in a small model's context
 
 
 def transcript_lines(messages: Sequence[Message]) -> list[tuple[int, str]]:
@@ -40,21 +39,3 @@ def _shorten(text: str, limit: int) -> str:
         return text
     half = limit // 2
     return f"{text[:half]} … [{len(text) - 2 * half} more] … {text[-half:]}"
-
-
-def chunks(lines: list[tuple[int, str]], limit: int = CHUNK_CHARS) -> list[list[tuple[int, str]]]:
-    """Consecutive groups of whole lines under ``limit`` characters; a single longer line is
-    its own chunk. Nothing is dropped."""
-    out: list[list[tuple[int, str]]] = []
-    current: list[tuple[int, str]] = []
-    size = 0
-    for item in lines:
-        length = len(item[1]) + 1
-        if current and size + length > limit:
-            out.append(current)
-            current, size = [], 0
-        current.append(item)
-        size += length
-    if current:
-        out.append(current)
-    return out
