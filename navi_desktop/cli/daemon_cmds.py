@@ -38,8 +38,16 @@ def register(commands: Any) -> None:
         description="Send one message; the reply streams to stdout and the"
         " session id goes to stderr.",
     )
-    p.add_argument("message", metavar="MESSAGE")
+    p.add_argument("message", metavar="MESSAGE", nargs="?")
     p.add_argument("--session", metavar="ID", help="continue this session")
+    p.add_argument(
+        "--rate",
+        choices=("up", "down"),
+        help="rate a reply instead of sending (the session's last one; --session: which"
+        " session, default the latest)",
+    )
+    p.add_argument("--reply", metavar="ID", type=int, help="with --rate: the reply's message id")
+    p.add_argument("--note", metavar="TEXT", help="with --rate: why")
     p.add_argument("--incognito", action="store_true", help="remember nothing of this chat")
     p.add_argument("--profile", metavar="NAME", help="whose memory (default: your user name)")
     p.add_argument("--json", action="store_true", help="print the result as JSON when done")
@@ -188,7 +196,12 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    if not args.message.strip():
+    if args.rate:
+        return _rate(args)
+    if args.reply is not None or args.note is not None:
+        error("--reply and --note go with --rate up|down")
+        return 2
+    if not (args.message or "").strip():
         error('nothing to send: the message is empty; write it in quotes, as in navi chat "hello"')
         return 2
     params = _params(
@@ -231,6 +244,36 @@ def cmd_chat(args: argparse.Namespace) -> int:
         )
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
+    return 0
+
+
+def _rate(args: argparse.Namespace) -> int:
+    if args.message:
+        error("--rate rates a reply and sends nothing: leave out the message")
+        return 2
+
+    async def main() -> Any:
+        async with await _client() as client:
+            session = args.session
+            if session is None:
+                latest = await client.call("sessions.list", _params(args, limit=1))
+                if not latest:
+                    return None
+                session = latest[0]["id"]
+            params = _params(
+                args, session_id=session, message_id=args.reply, rating=args.rate, note=args.note
+            )
+            return await client.call("chat.rate", params)
+
+    result = asyncio.run(main())
+    if result is None:
+        error("no session to rate yet: chat first (navi chat MESSAGE)")
+        return 1
+    if args.json:
+        emit_json(result)
+        return 0
+    what = "turn" if result.get("incognito") else "reply"
+    print(f"Rated {what} {result['message_id']} of session {result['session_id']}: {args.rate}")
     return 0
 
 

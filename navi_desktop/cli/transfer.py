@@ -132,6 +132,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         ids = ", ".join(f"#{i}" for i in scrub["ids"])
         print(f"Scrubbing   {ids}: waiting since {scrub['since'][:19]}Z: {scrub['reason']}")
     print(f"Entities    {stats['entities']}")
+    rated = stats.get("rated_replies") or {}
+    print(f"Ratings     {rated.get('up', 0)} up, {rated.get('down', 0)} down (replies)")
     for e in stats["embeddings"]:
         print(f"Vectors     {e['count']} × {e['model']} ({e['dim']}-d)")
     return 0

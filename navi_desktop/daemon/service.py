@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon import memory_api, memory_params, ollama_api, profiles
+from navi_desktop.daemon import feedback_api, memory_api, memory_params, ollama_api, profiles
 from navi_desktop.daemon import method_params as mp
-from navi_desktop.daemon.background import IdleGate, SessionEnds
+from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
 from navi_desktop.daemon.params import require_models, takes
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[object]]  # RpcServer.broadcast
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
+PROGRESS_EVERY_S = 1.0  # session-end progress notifications, at most this often
 
 
 class Service:
@@ -54,7 +55,9 @@ class Service:
         self._background: set[asyncio.Task[Any]] = set()
         self._health: tuple[float, Health] | None = None  # (when, the last check's result)
         self.gate = IdleGate()  # session ends give way to chat turns
-        self.ends = SessionEnds(self.gate)
+        # Progress of session ends goes to subscribers as it changes (throttled), for the TUI.
+        progress = Throttle(self._progress_changed, PROGRESS_EVERY_S, spawn=self._spawn)
+        self.ends = SessionEnds(self.gate, on_change=progress.poke)
         self.profile_errors = ProfileErrors()  # profiles whose file could not be opened
         self.config_errors: list[str] = []  # config.toml's problems (set by the daemon)
 
@@ -143,6 +146,9 @@ class Service:
         task.add_done_callback(self._background.discard)
         return task
 
+    async def _progress_changed(self) -> None:
+        await self.broadcast("sessions", "session.progress", {"extracting": self.ends.status()})
+
     @property
     def end_settings(self) -> EndSettings:
         return EndSettings(model=self.settings.ollama.chat_model)
@@ -184,6 +190,10 @@ class Service:
                 "session_id": session_id,
                 "state": report.status,
                 "reason": report.reason,
+                "trigger": trigger,  # what was learned and dropped: clients tell the user
+                "learned": report.learned,
+                "dropped": report.dropped,
+                "offered": report.offered,
             },
         )
         return report
@@ -288,6 +298,7 @@ class Service:
             "sessions.keep": self.sessions_keep,
         }
         methods |= ollama_api.handlers(self)
+        methods |= feedback_api.handlers(self)
         methods |= profiles.handlers(self)
         methods |= {name: self._memory_handler(name) for name in memory_api.METHODS}
         return require_models(methods)  # a method that declares no parameters is refused
@@ -358,6 +369,9 @@ class Service:
             "profile_errors": self.profile_errors.to_dict(),
             "config_errors": self.config_errors,
         }
+
+    def incognito_session(self, session_id: str) -> IncognitoSession | None:
+        return self._incognito.get(session_id)
 
     def _new_incognito(self) -> IncognitoSession:
         session = IncognitoSession(read_memory=self.settings.incognito.read_memory)

@@ -122,6 +122,7 @@ class MaintenanceOps:
             "profile_summary_stale": stale == "1",
             "pending_scrubs": pending,
             "file_bytes": size,
+            "rated_replies": await self.feedback_counts(),
         }
 
     # -- decay ---------------------------------------------------------------------------------

@@ -263,6 +263,25 @@ async def m0009_forgotten_phrases(db: Database) -> None:
     )
 
 
+async def m0010_reply_feedback(db: Database) -> None:
+    # One rating per reply; turn_id is the user message whose injections the reply used.
+    await _script(
+        db,
+        """
+        CREATE TABLE reply_feedback (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            turn_id    INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            rating     INTEGER NOT NULL CHECK (rating IN (-1, 1)),
+            note       TEXT,
+            at         TEXT NOT NULL
+        );
+        CREATE INDEX reply_feedback_by_turn ON reply_feedback (turn_id);
+        CREATE INDEX reply_feedback_by_time ON reply_feedback (at)
+        """,
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -273,6 +292,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0007_unkeyed_value_index", m0007_unkeyed_value_index),
     ("0008_memory_ids_never_reused", m0008_memory_ids_never_reused),
     ("0009_forgotten_phrases", m0009_forgotten_phrases),
+    ("0010_reply_feedback", m0010_reply_feedback),
 ]
 # Steps that rebuild a table: foreign keys are off around them (a transaction ignores the pragma).
 NO_FOREIGN_KEYS = {"0008_memory_ids_never_reused"}

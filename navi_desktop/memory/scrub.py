@@ -53,6 +53,7 @@ class ScrubCounts:
     also_forgotten: list[int] = field(default_factory=list)  # same value: forgotten too
     history: int = 0
     entities: int = 0
+    notes: int = 0  # notes on reply ratings
     profile_summary: bool = False
 
     def lines(self) -> list[str]:
@@ -87,6 +88,8 @@ class ScrubCounts:
             out.append(n(self.history, "history row", "history rows") + " of other memories")
         if self.entities:
             out.append(n(self.entities, "entity name", "entity names"))
+        if self.notes:
+            out.append(n(self.notes, "note on a rated reply", "notes on rated replies"))
         return out
 
 
@@ -102,6 +105,7 @@ class ScrubPlan:
     history: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
     entities: list[int] = field(default_factory=list)
+    notes: dict[int, str | None] = field(default_factory=dict)  # reply_feedback.message_id
     samples: list[str] = field(default_factory=list)
     counts: ScrubCounts = field(default_factory=ScrubCounts)
 
@@ -209,6 +213,15 @@ class ScrubOps:
             if matcher.spans(row["name"]) or matcher.spans(row["norm"]):
                 plan.entities.append(row["id"])
         plan.counts.entities = len(plan.entities)
+        where, params = _candidates(matcher, ("note",))
+        for row in await self.db.fetchall(
+            f"SELECT message_id, note FROM reply_feedback WHERE {where}", params
+        ):
+            note, n = matcher.redact(row["note"])
+            if n:
+                sample(row["note"], "note on a rated reply")
+                plan.notes[row["message_id"]] = note
+        plan.counts.notes = len(plan.notes)
         return plan
 
     async def _plan_messages(self: MemoryStore, matcher: Matcher, plan: ScrubPlan, sample) -> None:
@@ -281,6 +294,10 @@ class ScrubOps:
         if plan.entities:
             marks = ",".join("?" * len(plan.entities))
             await self.db.execute(f"DELETE FROM entities WHERE id IN ({marks})", plan.entities)
+        await self.db.executemany(
+            "UPDATE reply_feedback SET note = ? WHERE message_id = ?",
+            [(note, mid) for mid, note in plan.notes.items()],
+        )
 
     # -- the file's bytes ------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
+from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.failures import disk_full
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.ledger import LedgerOps
@@ -42,6 +43,7 @@ class MemoryStore(
     SessionOps,
     SessionAdminOps,
     LedgerOps,
+    FeedbackOps,
     ExchangeOps,
     MaintenanceOps,
 ):

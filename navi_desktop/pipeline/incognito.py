@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.feedback import Rating
 from navi_desktop.pipeline.context import ContextSettings, TurnContext, build_context
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class IncognitoSession:
     read_memory: bool = False
     id: str = field(default_factory=lambda: "incognito-" + uuid.uuid4().hex[:8])
     history: list[dict[str, Any]] = field(default_factory=list)
+    ratings: dict[int, Rating] = field(default_factory=dict)  # by turn number, memory only
 
     async def context(
         self,
@@ -54,11 +56,14 @@ class IncognitoSession:
             if self.history[index]["role"] == "user":
                 text = str(self.history[index]["content"])
                 del self.history[index:]
+                # Its reply's rating goes with it (turn numbers count replies from 1).
+                self.ratings.pop(sum(m["role"] == "assistant" for m in self.history) + 1, None)
                 return text
         raise InvalidInput(f"session {self.id!r} has no message to answer again")
 
     def discard(self) -> None:
         self.history.clear()
+        self.ratings.clear()
 
 
 async def memory_to_read(

@@ -48,6 +48,7 @@ class MaintenanceReport:
     archived: list[int] = field(default_factory=list)
     reflections: list[int] = field(default_factory=list)
     embedded: int = 0
+    ratings_purged: int = 0
     profile_refreshed: bool = False
     backup: str | None = None  # the daily backup made now, if one was due
     errors: list[str] = field(default_factory=list)
@@ -98,6 +99,7 @@ async def run_maintenance(
     report = MaintenanceReport()
     try:
         report.archived = (await store.decay(now=now)).archived or []
+        report.ratings_purged = await store.purge_feedback()  # kept FEEDBACK_DAYS
         await store.optimize()
     except (DiskFull, DiskError) as exc:
         report.errors.append(f"decay: {exc}")
