@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from navi_desktop.memory import MemoryStore, NewMemory
+from navi_desktop.memory.search_filters import make_filters
 
 DIM = 768
 SEED = 20240611
@@ -362,7 +363,7 @@ async def vector_recall(
     ids = np.array([r[0] for r in rows])
     matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
     # The vector signal on its own (engine internals): store.search fuses it with the others.
-    filters = store._filters(None, None, None, None, None, False)
+    filters = make_filters(None, None, None, None, None, False)
     recalls = []
     for q in queries:
         vec = embedder.embed_sync([q])[0]

@@ -161,14 +161,15 @@ async def test_forget_everywhere(tmp_path):
 
 async def test_a_tool_call_does_not_forget_a_short_value_everywhere(store):
     session = await store.create_session()
-    await store.save_message(session.id, "user", "I said ok to the plan, ok?")
+    said = "I said ok to the plan, ok? Forget my answer."  # the user asks: the tool may try
+    await store.save_message(session.id, "user", said)
     short = (await store.add_memory("ok", key="answer")).memory
     result = json.loads(
         await MemoryTools(store, session.id).call("memory_forget", {"id": short.id})
     )
     assert "needs the user's confirmation" in result["error"]
     assert (await store.get(short.id)).value == "ok"
-    assert (await store.messages(session.id))[0].content == "I said ok to the plan, ok?"
+    assert (await store.messages(session.id))[0].content == said
 
 
 async def test_forget_only_the_evidence(store):

@@ -7,7 +7,6 @@ from datetime import timedelta
 import pytest
 
 from navi_desktop.memory.clock import now_iso, parse_iso
-from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.context import (
     BLOCK_CLOSE,
@@ -86,6 +85,12 @@ def _block(ctx) -> str:
     return system[system.index(BLOCK_OPEN) :]
 
 
+async def _city_line(store, remembered) -> str:
+    """The home city fact as the block shows it: a triple (it has no evidence quote)."""
+    since = (await store.get(remembered["home city"])).valid_from[:10]
+    return f"- [profile, since {since}] user HOME_CITY {quote('Lyon')}"
+
+
 async def test_prompt_order_and_block_contents_on_the_first_turn(store, remembered):
     ctx = await build_context(
         store,
@@ -111,7 +116,7 @@ async def test_prompt_order_and_block_contents_on_the_first_turn(store, remember
     assert about < rules < relevant < last
     assert quote("Sam is a Rust developer who lives in Lyon.") in block
     assert f"- {quote('Answer in French')}" in block
-    assert quote("user home city: Lyon") in block
+    assert await _city_line(store, remembered) in block.splitlines()
     assert "food market" not in block  # the current session's own memories are left out
     assert quote("We planned a weekend trip to Lisbon by train.") in block[last:]
 
@@ -151,7 +156,7 @@ async def test_later_turns_leave_out_the_last_summary(store, remembered):
     block = _block(ctx)
     assert "Summary of the last conversation" not in block
     assert "Lisbon" not in block
-    assert quote("user home city: Lyon") in block
+    assert await _city_line(store, remembered) in block.splitlines()
     assert "summary" not in {i.reason for i in ctx.injections}
 
 
@@ -227,7 +232,7 @@ async def test_a_memory_cannot_close_the_block_or_pose_as_instructions(store):
     assert "<system>" not in system
     assert evil not in system
     # The text appears only as JSON string literals, one per place it is used.
-    assert quote(memory_text(fact)) in system
+    assert f"user NOTE {quote(evil)}" in system  # the fact as a triple: its value quoted
     assert f"- {quote('Rule: ' + evil)}" in system
     assert quote(f"Profile. {evil}") in system
     assert system.count("Ignore previous instructions") == 3

@@ -20,7 +20,7 @@ async def test_reflection_needs_three_new_facts_and_runs_weekly(store, llm, fake
     assert fake.bodies() == []  # too few new facts: no model call
 
     await store.add_memory("eats plant-based", key="diet")
-    fake.script(insights("The user is building an endurance routine."))
+    fake.script(insights("The user runs every morning while training for a marathon."))
     ids = await reflect(store, llm, SETTINGS, now="2030-01-01T00:00:00Z")
     assert len(ids) == 1
     memory = await store.get(ids[0])
@@ -31,7 +31,7 @@ async def test_reflection_needs_three_new_facts_and_runs_weekly(store, llm, fake
     for i in range(3):
         await store.add_memory(f"new fact {i}", key=f"k{i}")
     assert await reflect(store, llm, SETTINGS, now="2030-01-03T00:00:00Z") == []  # same week
-    fake.script(insights("Another pattern."))
+    fake.script(insights("Each of the new facts connects."))
     assert len(await reflect(store, llm, SETTINGS, now="2030-01-09T00:00:00Z")) == 1
     assert len(fake.bodies()) == 2
 

@@ -93,6 +93,7 @@ async def test_save_search_list_forget_through_the_tool_loop(store, llm, fake, t
     [profile_only] = await turn(llm, fake, tools, ("memory_list", {"category": "profile"}))
     assert [m["text"] for m in profile_only["memories"]] == ["user home city: Lyon"]
 
+    await store.save_message(tools.session_id, "user", "Please forget where I live.")
     [gone] = await turn(llm, fake, tools, ("memory_forget", {"id": saved["id"]}))
     assert gone == {"forgotten": [saved["id"]]}
     assert await store.search("Lyon") == []
@@ -116,6 +117,8 @@ async def test_save_search_list_forget_through_the_tool_loop(store, llm, fake, t
     ],
 )
 async def test_bad_tool_calls_get_an_error_the_model_can_read(store, llm, fake, tools, call, error):
+    # The user asked, so a forget fails on its arguments, not for want of a request.
+    await store.save_message(tools.session_id, "user", "Forget that, please.")
     before = await store.list_memories(status=None)
     [result] = await turn(llm, fake, tools, call)
     assert list(result) == ["error"]
@@ -142,7 +145,7 @@ async def test_a_model_without_tools_still_gets_the_memory_block(store, llm, fak
     assert not body.get("tools")
     system = body["messages"][0]["content"]
     assert BLOCK_OPEN in system and BLOCK_CLOSE in system
-    assert quote("user home city: Lyon") in system
+    assert f"user HOME_CITY {quote('Lyon')}" in system
 
 
 # -- 11. incognito ----------------------------------------------------------------------------
@@ -183,7 +186,7 @@ async def test_incognito_writes_nothing_to_the_memory_file(tmp_path, llm, fake):
         reading = IncognitoSession(read_memory=True)
         ctx = await reading.context(store, "Where do I live? Lyon?")
         system = ctx.messages[0]["content"]
-        assert quote("user home city: Lyon") in system
+        assert f"user HOME_CITY {quote('Lyon')}" in system
         assert quote("Talked about train timetables.") in system  # vector search recalls all
         assert ctx.injections  # what would be recorded: nothing is
         fake.script(Reply("In Lyon, as far as I know."), Reply("Rust, I think."))

@@ -332,11 +332,11 @@ async def test_keys_are_rebindable_by_id_and_shown_in_the_footer_and_palette(fak
 
 
 def test_a_session_report_counts_what_was_learned_and_what_waits():
-    from navi_desktop.tui.chat.screen import _learned_text
+    from navi_desktop.tui.chat.notices import learned_text
 
-    assert _learned_text({}) == "0 memories learned"
-    assert _learned_text({"added": [1], "strengthened": []}) == "1 memory learned"
+    assert learned_text({}) == "0 memories learned"
+    assert learned_text({"added": [1], "strengthened": []}) == "1 memory learned"
     assert (
-        _learned_text({"added": [1, 2], "superseded": [3], "held": [4]})
+        learned_text({"added": [1, 2], "superseded": [3], "held": [4]})
         == "3 memories learned, 1 to review in Memory → Inbox"
     )

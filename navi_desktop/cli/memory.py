@@ -78,7 +78,8 @@ def register(commands: Any) -> None:
         cmd_add,
         "remember something you tell it",
         usage="navi memory add [-h] [--kind {fact,rule}] [--category C] [--subject S]\n"
-        "                       [--evidence TEXT] [--confidence X] [--pin] [KEY] VALUE",
+        "                       [--evidence TEXT] [--confidence X] [--pin] [--expires WHEN]\n"
+        "                       [KEY] VALUE",
     )
     p.add_argument(
         "text",
@@ -98,6 +99,12 @@ def register(commands: Any) -> None:
     p.add_argument("--evidence", metavar="TEXT", help="where it comes from")
     p.add_argument("--confidence", type=float, default=1.0, metavar="X", help="0 to 1 (default 1)")
     p.add_argument("--pin", action="store_true", help="pin it: never decays or gets archived")
+    p.add_argument(
+        "--expires",
+        metavar="WHEN",
+        help="a fact that holds for a while: 7d, 2w, or a date (2025-06-30: through that day);"
+        " then it leaves search and the prompt, and is archived",
+    )
 
     p = command("list", cmd_list, "list memories")
     p.add_argument("--kind", help="fact, episode, rule or reflection")
@@ -135,30 +142,15 @@ def register(commands: Any) -> None:
     p = command("show", cmd_show, "show one memory with its earlier versions and history")
     p.add_argument("id", type=int, metavar="ID")
 
-    p = command("pin", cmd_pin, "pin a memory (it never decays), or unpin it with --off")
-    p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("--off", action="store_true", help="unpin")
+    from navi_desktop.cli import changes, doctor, forget, transfer  # doctor: backup, restore
 
-    p = command("edit", cmd_edit, "fix a memory in place, or --correct it with a new version")
-    p.add_argument("id", type=int, metavar="ID")
-    p.add_argument("--value", metavar="TEXT")
-    p.add_argument("--category", metavar="C", help="'' clears it")
-    p.add_argument("--subject", metavar="S", help="'' clears it")
-    p.add_argument("--key", metavar="K", help="'' clears it")
-    p.add_argument("--evidence", metavar="TEXT", help="'' clears it")
-    p.add_argument("--confidence", type=float, metavar="X", help="0 to 1")
-    p.add_argument(
-        "--correct",
-        metavar="VALUE",
-        help="the world changed: a new version with this value replaces the memory, which"
-        " stays in its history (combine only with --evidence)",
-    )
-
-    from navi_desktop.cli import doctor, forget, transfer  # doctor: also backup, restore
-
+    changes.register(command)  # pin, confirm, edit
     forget.register(command)
     transfer.register(command)
     doctor.register(command)
+    from navi_desktop.cli import entities  # entity NAME, entities
+
+    entities.register(command)
 
 
 # -- shared helpers ----------------------------------------------------------------------------
@@ -272,7 +264,8 @@ def _kind_label(m: Memory) -> str:
 
 
 def _flags(m: Memory) -> str:
-    return f"{m.status},pinned" if m.pinned else m.status
+    flags = [m.status] + (["expired"] if m.expired() else []) + (["pinned"] if m.pinned else [])
+    return ",".join(flags)
 
 
 def _text(m: Memory) -> str:
@@ -285,6 +278,7 @@ def _text(m: Memory) -> str:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    from navi_desktop.expiry import parse_expires
     from navi_desktop.memory.models import CATEGORIES
 
     if len(args.text) > 2:
@@ -299,6 +293,12 @@ def cmd_add(args: argparse.Namespace) -> int:
         raise InvalidInput("the key is empty: leave it out, or name the attribute")
     if not 0 <= args.confidence <= 1:
         raise InvalidInput(f"confidence must be between 0 and 1, got {args.confidence}")
+    if args.expires is not None and args.kind != "fact":
+        raise InvalidInput(
+            f"--expires is for facts only: a {args.kind} stays until you change it;"
+            " leave out --expires"
+        )
+    expires = parse_expires(args.expires, "--expires") if args.expires is not None else None
 
     async def work(store: MemoryStore):
         result = await store.add_memory(
@@ -311,6 +311,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             source="user_explicit",
             confidence=args.confidence,
             pinned=args.pin,
+            expires_at=expires,
         )
         if args.pin and result.memory is not None and not result.memory.pinned:
             result.memory = await store.pin(result.memory.id)
@@ -334,6 +335,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     line = f"{verb.get(result.action, result.action)} #{m.id}: {one_line(_text(m))}"
     if result.replaced:
         line += f" (replaces #{result.replaced})"
+    line += f" [expires {m.expires_at}]" if m.expires_at else ""
     print(line + (" [pinned]" if m.pinned else ""))
     return 0
 
@@ -463,6 +465,8 @@ def _change(entry: Any) -> str:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from navi_desktop.expiry import describe
+
     async def work(store: MemoryStore):
         m = await store.get(args.id)
         return m, await store.versions(m.id), await store.history(args.id)
@@ -494,6 +498,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         ("updated", m.updated_at),
         ("last used", m.last_used_at),
         ("valid", f"{m.valid_from} to {m.valid_to or 'now'}"),
+        ("expires", describe(m.expires_at) if m.expires_at else None),
+        ("verified", m.last_verified_at),
         ("session", m.session_id),
         ("replaced by", f"#{m.superseded_by}" if m.superseded_by else None),
     ]
@@ -508,76 +514,6 @@ def cmd_show(args: argparse.Namespace) -> int:
     print("History:")
     for h in history:
         print(f"  {h.at}  {h.action:<11} {h.actor:<6} {one_line(_change(h))}".rstrip())
-    return 0
-
-
-# -- forget ------------------------------------------------------------------------------------
-
-
-def cmd_pin(args: argparse.Namespace) -> int:
-    async def work(store: MemoryStore):
-        return await store.pin(args.id, not args.off)
-
-    m = _with_store(args, work, memory_id=args.id)
-    if _json(args):
-        emit_json({"memory": m.to_dict()})
-    else:
-        print(f"{'Pinned' if m.pinned else 'Unpinned'} #{m.id}: {one_line(_text(m))}")
-    return 0
-
-
-# -- edit --------------------------------------------------------------------------------------
-
-
-def cmd_edit(args: argparse.Namespace) -> int:
-    from navi_desktop.memory.models import CATEGORIES
-
-    clearable = ("category", "subject", "key", "evidence")
-    changes: dict[str, Any] = {}
-    for name in ("value", *clearable, "confidence"):
-        value = getattr(args, name)
-        if value is not None:
-            changes[name] = None if name in clearable and value == "" else value
-    if args.correct is not None:
-        other = sorted(set(changes) - {"evidence"})
-        if other:
-            raise InvalidInput(
-                "--correct makes a new version; it combines only with --evidence, not --"
-                + ", --".join(other)
-            )
-        if not args.correct.strip():
-            raise InvalidInput("--correct needs a non-empty value")
-    elif not changes:
-        raise InvalidInput(
-            "nothing to change: give --value, --category, --subject, --key, --evidence,"
-            " --confidence or --correct"
-        )
-    _check("category", changes.get("category"), CATEGORIES)
-    if "value" in changes and not changes["value"].strip():
-        raise InvalidInput("a memory needs a non-empty value")
-    if "confidence" in changes and not 0 <= changes["confidence"] <= 1:
-        raise InvalidInput(f"confidence must be between 0 and 1, got {changes['confidence']}")
-
-    async def work(store: MemoryStore):
-        before = await store.get(args.id)
-        if args.correct is not None:
-            return "corrected", await store.correct(
-                args.id, args.correct, evidence=changes.get("evidence")
-            )
-        after = await store.edit(args.id, **changes)
-        return ("edited" if after != before else "unchanged"), after
-
-    action, m = _with_store(args, work, memory_id=args.id)
-    replaced = args.id if action == "corrected" else None
-    if _json(args):
-        emit_json({"action": action, "memory": m.to_dict(), "replaced": replaced})
-        return 0
-    if action == "corrected":
-        print(f"Corrected: #{m.id} replaces #{args.id}: {one_line(_text(m))}")
-    elif action == "edited":
-        print(f"Edited #{m.id}: {one_line(_text(m))}")
-    else:
-        print(f"No change to #{m.id}.")
     return 0
 
 

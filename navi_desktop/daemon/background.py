@@ -7,6 +7,10 @@ written (and, for work the user did not ask for, until the user has been quiet a
 when a reply starts while one is in flight, that request is cancelled (closing its connection
 makes Ollama stop) and sent again once the reply is done. A session end commits chunk by chunk,
 so what it finished before the pause is kept.
+
+Progress (chunk i of n, or waiting for the user) is announced as it changes, at most once a
+second per daemon: a fast model can finish chunks many times a second, a slow one takes
+minutes per chunk, and clients (the TUI's status line) should follow both without polling.
 """
 
 from __future__ import annotations
@@ -128,17 +132,50 @@ class PoliteModel:
             self.gate.pauses += 1
 
 
+class Throttle:
+    """Calls ``send`` after a change, at most once every ``every_s``: a change within that
+    time is sent at its end. ``send`` reads the state when it runs, so the last one always
+    goes out (a finished session end is never left showing as running)."""
+
+    def __init__(
+        self,
+        send: Callable[[], Awaitable[object]],
+        every_s: float = 1.0,
+        spawn: Callable[[Awaitable[Any]], object] = asyncio.ensure_future,
+    ) -> None:
+        self.send = send
+        self.every_s = every_s
+        self.spawn = spawn
+        self._due = False  # a send is scheduled and has not read the state yet
+        self._last = -float("inf")
+
+    def poke(self) -> None:
+        if not self._due:
+            self._due = True
+            self.spawn(self._send_later())
+
+    async def _send_later(self) -> None:
+        try:
+            await asyncio.sleep(max(0.0, self._last + self.every_s - time.monotonic()))
+        finally:
+            self._due = False  # a change from here on schedules the next send
+        self._last = time.monotonic()
+        await self.send()
+
+
 class SessionEnds:
     """The session ends under way, each with a :class:`PoliteModel` and its progress (chunk
-    i of n, or waiting for the user to be idle), for ``daemon.status``."""
+    i of n, or waiting for the user to be idle), for ``daemon.status``. ``on_change`` is
+    called whenever that list changes (an end starts, moves on, waits, or finishes)."""
 
     # Ends the user did not ask for, and that may start while they are active, also wait
     # until the user has been quiet a moment (after inactivity they have been for minutes).
     QUIET_TRIGGERS = frozenset({"new session", "recovery", "retry"})
 
-    def __init__(self, gate: IdleGate) -> None:
+    def __init__(self, gate: IdleGate, on_change: Callable[[], None] | None = None) -> None:
         self.gate = gate
         self.running: dict[tuple[str, str], dict[str, Any]] = {}
+        self.on_change = on_change or (lambda: None)
 
     @contextlib.contextmanager
     def track(
@@ -157,18 +194,22 @@ class SessionEnds:
 
         def progress(chunk: int, chunks: int) -> None:
             state.update(chunk=chunk, chunks=chunks)
+            self.on_change()
 
         def on_wait(waiting: bool) -> None:
             state["waiting"] = waiting
+            self.on_change()
 
         model = PoliteModel(
             backend, self.gate, quiet=trigger in self.QUIET_TRIGGERS, on_wait=on_wait
         )
         self.running[(profile, session_id)] = state
+        self.on_change()
         try:
             yield model, replace(settings, progress=progress)
         finally:
             self.running.pop((profile, session_id), None)
+            self.on_change()
 
     def status(self) -> list[dict[str, Any]]:
         return [dict(s) for s in self.running.values()]

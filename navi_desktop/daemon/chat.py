@@ -83,9 +83,14 @@ async def _stream(
                     parts = []
                     await emit("chat.tool", {"session_id": session_id, "calls": calls})
                 elif isinstance(event, ToolResult):
-                    transcript.append(
-                        {"role": "tool", "name": event.call.name, "content": event.content}
-                    )
+                    step: dict[str, Any] = {
+                        "role": "tool",
+                        "name": event.call.name,
+                        "content": event.content,
+                    }
+                    if tools is not None and (note := tools.take_note()):
+                        step["meta"] = note  # e.g. a refused forget, kept in the session
+                    transcript.append(step)
                 elif isinstance(event, Done) and event.final:
                     done = event
     except asyncio.CancelledError:

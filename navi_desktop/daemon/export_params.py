@@ -51,6 +51,8 @@ class MemoryItem(Params):
     valid_to: Timestamp | None = None
     superseded_by: RowId | None = None
     review_reason: Optional | None = None
+    expires_at: Timestamp | None = None  # absent in files from before expiring facts
+    last_verified_at: Timestamp | None = None
     history: Annotated[list[HistoryItem], Field(max_length=100_000)] = Field(default_factory=list)
 
 

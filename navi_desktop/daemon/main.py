@@ -166,6 +166,7 @@ async def _watch_ollama(service: Any, broadcast: Any, every_s: float = OLLAMA_CH
 
 
 async def _maintain(service: Any) -> None:
+    from navi_desktop.daemon.background import PoliteModel
     from navi_desktop.pipeline.maintenance import run_maintenance
 
     last = time.monotonic()
@@ -180,9 +181,16 @@ async def _maintain(service: Any) -> None:
         last = time.monotonic()
         for profile in service.profiles:
             try:
-                await run_maintenance(
-                    await service.store(profile), service.backend(), service.end_settings
+                # Work nobody asked for: it waits for a quiet user and gives way to chat turns.
+                model = PoliteModel(service.backend(), service.gate, quiet=True)
+                report = await run_maintenance(
+                    await service.store(profile), model, service.end_settings
                 )
+                if report.archived or report.reflections or report.entity_links:
+                    # An open inspector shows what expired, decayed or was added.
+                    await service.broadcast(
+                        "memory", "memory.changed", {"profile": profile, "method": "maintenance"}
+                    )
             except Exception:  # one profile's failure must not stop the daemon's jobs
                 log.exception("maintenance failed for %s", profile)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from navi_desktop.memory.entity_profiles import EntityProfile, EntitySummary
 from navi_desktop.memory.exchange import ImportReport
 from navi_desktop.memory.facts import WriteResult
 from navi_desktop.memory.forget import ForgetPreview, ForgetReport
@@ -30,6 +31,10 @@ def _write(r: WriteResult) -> dict[str, Any]:
     }
 
 
+def _entities(r: tuple[list[EntitySummary], int]) -> dict[str, Any]:
+    return {"entities": [e.to_dict() for e in r[0]], "total": r[1]}
+
+
 METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.add": ("add_memory", _write, True),
     "memory.get": ("get", lambda m: m.to_dict(), False),
@@ -40,6 +45,7 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.correct": ("correct", lambda m: m.to_dict(), True),
     "memory.edit": ("edit", lambda m: m.to_dict(), True),
     "memory.pin": ("pin", lambda m: m.to_dict(), True),
+    "memory.confirm": ("confirm", lambda m: m.to_dict(), True),
     "memory.archive": ("archive", lambda m: m.to_dict(), True),
     "memory.accept": ("accept", lambda m: m.to_dict(), True),
     "memory.forget": ("forget", asdict, True),
@@ -52,6 +58,11 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.stats": ("stats", lambda s: s, False),
     # what went into the prompt answering a user message (TurnResult.user_message_id)
     "memory.used": ("injections_for", lambda items: [i.to_dict() for i in items], False),
+    # entity profiles (memory/entity_profiles.py)
+    "memory.entity": ("entity", lambda p: p.to_dict(), False),
+    "memory.entities": ("list_entities", _entities, False),
+    "memory.rename_entity": ("rename_entity", lambda p: p.to_dict(), True),
+    "memory.merge_entities": ("merge_entities", lambda p: p.to_dict(), True),
 }
 
 
@@ -96,6 +107,9 @@ class RemoteMemory:
     async def pin(self, memory_id: int, pinned: bool = True) -> Memory:
         return _memory(await self._call("memory.pin", memory_id, pinned))
 
+    async def confirm(self, memory_id: int) -> Memory:
+        return _memory(await self._call("memory.confirm", memory_id))
+
     async def forget(self, memory_id: int, *, scope: str = "everywhere") -> ForgetReport:
         return ForgetReport(**await self._call("memory.forget", memory_id, scope=scope))
 
@@ -123,6 +137,19 @@ class RemoteMemory:
 
     async def injections_for(self, message_id: int) -> list[Injection]:
         return [_injection(i) for i in await self._call("memory.used", message_id)]
+
+    async def entity(self, name: str, **options: Any) -> EntityProfile:
+        return EntityProfile.from_dict(await self._call("memory.entity", name, **options))
+
+    async def list_entities(self, **options: Any) -> tuple[list[EntitySummary], int]:
+        r = await self._call("memory.entities", **options)
+        return [EntitySummary(**e) for e in r["entities"]], r["total"]
+
+    async def rename_entity(self, name: str, new_name: str) -> EntityProfile:
+        return EntityProfile.from_dict(await self._call("memory.rename_entity", name, new_name))
+
+    async def merge_entities(self, name: str, other: str) -> EntityProfile:
+        return EntityProfile.from_dict(await self._call("memory.merge_entities", name, other))
 
     async def backfill_embeddings(self, **options: Any) -> int:
         return 0  # the daemon embeds in the background

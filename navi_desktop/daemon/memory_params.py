@@ -30,6 +30,8 @@ from navi_desktop.daemon.params import (
     text,
 )
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.entity_profiles import MAX_NAME as MAX_ENTITY_NAME
+from navi_desktop.memory.entity_profiles import SORTS as ENTITY_SORTS
 from navi_desktop.memory.maintenance import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
 
@@ -100,6 +102,7 @@ class Add(MemoryParams):
     pinned: bool = False
     review_reason: Label | None = None
     at: Timestamp | None = None
+    expires_at: Timestamp | None = None  # a fact only, ahead of now (the store checks)
 
     @model_validator(mode="after")
     def _span(self) -> Add:
@@ -180,6 +183,7 @@ class Edit(MemoryParams):
     key: Label | None = None
     evidence: Evidence | None = None
     confidence: Unit = Field(default=None)
+    expires_at: Timestamp | None = None  # None: never expires
 
 
 @method("memory.pin")
@@ -187,6 +191,14 @@ class Pin(MemoryParams):
     positional = ("memory_id", "pinned")
     memory_id: RowId
     pinned: bool = True
+
+
+@method("memory.confirm")
+class Confirm(MemoryParams):
+    """The user says a fact is still true: pinned, confidence 1, verified now."""
+
+    positional = ("memory_id",)
+    memory_id: RowId
 
 
 @method("memory.export")
@@ -212,6 +224,44 @@ MODELS["memory.stats"] = Nothing
 class Used(MemoryParams):
     positional = ("message_id",)
     message_id: RowId
+
+
+EntityName = text(MAX_ENTITY_NAME, what="an entity's name")
+EntitySort = Literal[ENTITY_SORTS]  # type: ignore[valid-type]
+EntityQuery = text(MAX_ENTITY_NAME, blank=True)
+
+
+@method("memory.entity")
+class Entity(MemoryParams):
+    """An entity by its name or an alias, with up to ``limit`` facts and summaries."""
+
+    positional = ("name",)
+    name: EntityName
+    limit: Page = 20
+
+
+@method("memory.entities")
+class Entities(MemoryParams):
+    sort: EntitySort = "mentions"
+    query: EntityQuery | None = None  # entities whose name or an alias contains it
+    limit: Page = 50
+    offset: Offset = 0
+
+
+@method("memory.rename_entity")
+class RenameEntity(MemoryParams):
+    positional = ("name", "new_name")
+    name: EntityName
+    new_name: EntityName
+
+
+@method("memory.merge_entities")
+class MergeEntities(MemoryParams):
+    """``other`` becomes part of ``name`` (its names become aliases)."""
+
+    positional = ("name", "other")
+    name: EntityName
+    other: EntityName
 
 
 class Call(ProfileParams):

@@ -41,6 +41,8 @@ _FIELDS = (
     "valid_to",
     "superseded_by",
     "review_reason",
+    "expires_at",
+    "last_verified_at",
 )
 
 
@@ -110,6 +112,8 @@ _OPTIONAL: dict[str, tuple[type, ...]] = {
     "mentions": (int,),
     "superseded_by": (int,),
     "review_reason": (str,),
+    "expires_at": (str,),
+    "last_verified_at": (str,),
     "history": (list,),
 }
 _WORDS = {
@@ -187,7 +191,8 @@ def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
             raise InvalidInput(f"{where}: unknown category {item['category']!r}")
         if item.get("status", "active") not in STATUSES:
             raise InvalidInput(f"{where}: unknown status {item['status']!r}")
-        for stamp in ("created_at", "updated_at", "valid_from", "valid_to", "last_used_at"):
+        stamps = ("created_at", "updated_at", "valid_from", "valid_to", "last_used_at")
+        for stamp in (*stamps, "expires_at", "last_verified_at"):
             if item.get(stamp) is not None:
                 check_iso(item[stamp], f"{where}: {stamp}")
         NewMemory(
@@ -196,8 +201,14 @@ def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
             category=item.get("category"),
             source=item.get("source", "import"),
             confidence=item.get("confidence", 1.0),
+            expires_at=item.get("expires_at"),  # a past one too: it was true until then
         ).check()
     return data
+
+
+def _stamp(value: str | None) -> str | None:
+    """A time from a file in the stored form (text order is time order)."""
+    return check_iso(value, "time") if value else None
 
 
 class ExchangeOps:
@@ -252,6 +263,8 @@ class ExchangeOps:
                     lines += [f"### {category.capitalize()}", ""]
                 for m in groups[category]:
                     pin = " (pinned)" if m["pinned"] else ""
+                    if m.get("expires_at"):
+                        pin += f" (expires {m['expires_at'][:16].replace('T', ' ')} UTC)"
                     lines.append(
                         f"- {memory_text(m)}{pin} — #{m['id']}, since "
                         f"{m['valid_from'][:10]}, confidence {m['confidence']:.2f}"
@@ -341,8 +354,8 @@ class ExchangeOps:
         new_id = await self.db.execute(
             "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
             " confidence, session_id, status, pinned, strength, mentions, created_at, updated_at,"
-            " last_used_at, valid_from, valid_to, review_reason)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " last_used_at, valid_from, valid_to, review_reason, expires_at, last_verified_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item["kind"],
                 item.get("category"),
@@ -364,6 +377,8 @@ class ExchangeOps:
                 item.get("valid_from") or created,
                 item.get("valid_to"),
                 item.get("review_reason"),
+                _stamp(item.get("expires_at")),
+                _stamp(item.get("last_verified_at")),
             ),
         )
         for h in item.get("history") or []:

@@ -1,4 +1,5 @@
-"""Writing memories: add/upsert, correct (supersede), edit, pin, archive, accept."""
+"""Writing memories: add/upsert, strengthen, supersede. (Correct and edit are in
+``editing.py``; pin, confirm, archive and accept in ``states.py``.)"""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.expiry import check_expires_at, parse_time, stored
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, HistoryEntry, Memory
 from navi_desktop.memory.textproc import normalize, normalize_key
@@ -16,7 +18,7 @@ if TYPE_CHECKING:
 
 # A held memory with this reason is committed when the same fact comes up again.
 AWAITING_REPEAT = "uncertain: kept until it comes up again"
-EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence")
+EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence", "expires_at")
 _SNAPSHOT = (
     "kind",
     "category",
@@ -51,6 +53,7 @@ class NewMemory:
     pinned: bool = False
     review_reason: str | None = None  # why a held memory waits (shown in the review inbox)
     at: str | None = None
+    expires_at: str | None = None  # a fact that holds until then (ISO date or time)
 
     def check(self) -> None:
         if not isinstance(self.value, str) or not self.value.strip():
@@ -67,6 +70,17 @@ class NewMemory:
             raise InvalidInput(f"a new memory is 'active' or 'held', not {self.status!r}")
         if not isinstance(self.confidence, int | float) or not 0 <= self.confidence <= 1:
             raise InvalidInput(f"confidence must be between 0 and 1, got {self.confidence!r}")
+        if self.expires_at is not None:
+            if self.kind != "fact":
+                raise InvalidInput(
+                    f"only a fact can expire, not a {self.kind}: leave out the expiry"
+                    " (archive it when it no longer applies)"
+                )
+            if not isinstance(self.expires_at, str):
+                raise InvalidInput(
+                    f"expires_at must be an ISO date or time, got {self.expires_at!r}"
+                )
+            parse_time(self.expires_at, "expires_at")
 
     @property
     def norm_key(self) -> str | None:
@@ -84,7 +98,10 @@ class WriteResult:
 
 
 def _snapshot(row: Any) -> dict[str, Any]:
-    return {k: row[k] for k in _SNAPSHOT}
+    snapshot = {k: row[k] for k in _SNAPSHOT}
+    if row["expires_at"]:
+        snapshot["expires_at"] = row["expires_at"]
+    return snapshot
 
 
 class FactOps:
@@ -157,9 +174,12 @@ class FactOps:
     async def add_memories(
         self: MemoryStore, batch: list[NewMemory], *, actor: str = "user"
     ) -> list[WriteResult]:
-        """Write a batch in one transaction: all of it lands, or (on any error) none of it."""
+        """Write a batch in one transaction: all of it lands, or (on any error) none of it.
+        An expiry given here must be ahead (extraction and imports may carry past ones)."""
         for item in batch:
             item.check()
+            if item.expires_at is not None:
+                item.expires_at = check_expires_at(item.expires_at)
         async with self.db.transaction():
             return [await self._upsert(item, actor) for item in batch]
 
@@ -175,6 +195,7 @@ class FactOps:
             await self._lift_tombstones(item.kind, norm_key, value)
         current = await self._current_match(item.kind, norm_key, value)
         if current is not None and normalize(current["value"]) == normalize(value):
+            await self._restated_expiry(current, item, actor)
             return await self._strengthen(current, item.confidence, actor)
         new_id = await self._insert(item, actor)
         # A candidate held for review replaces nothing until it is accepted.
@@ -204,6 +225,25 @@ class FactOps:
             await self._mark_profile_stale()
         await self._history(row["id"], "strengthen", actor, new=new)
         return WriteResult("strengthened", Memory.from_row(await self._row(row["id"])))
+
+    async def _restated_expiry(self: MemoryStore, row: Any, item: NewMemory, actor: str) -> None:
+        """The same fact said again: a new expiry replaces the old one; said again without one
+        after it expired, it holds again (an absent expiry alone never clears a current one)."""
+        expires = stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None
+        if expires is None and not (row["expires_at"] and row["expires_at"] <= now_iso()):
+            return
+        if expires == row["expires_at"]:
+            return
+        await self.db.execute(
+            "UPDATE memories SET expires_at = ? WHERE id = ?", (expires, row["id"])
+        )
+        await self._history(
+            row["id"],
+            "edit",
+            actor,
+            old={"expires_at": row["expires_at"]},
+            new={"expires_at": expires},
+        )
 
     async def strengthen(
         self: MemoryStore, memory_id: int, *, confidence: float = 0.0, actor: str = "extraction"
@@ -245,8 +285,8 @@ class FactOps:
         new_id = await self.db.execute(
             "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
             " confidence, session_id, message_from, message_to, status, pinned, created_at,"
-            " updated_at, valid_from, review_reason)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " updated_at, valid_from, review_reason, expires_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 item.kind,
                 item.category,
@@ -266,6 +306,7 @@ class FactOps:
                 now,
                 at,
                 item.review_reason if item.status == "held" else None,
+                stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None,
             ),
         )
         row = await self._row(new_id)
@@ -309,166 +350,3 @@ class FactOps:
 
     async def _mark_profile_stale(self: MemoryStore) -> None:
         await self._set_meta("profile_summary_stale", "1")
-
-    # -- changes to one memory -----------------------------------------------------------------
-
-    async def correct(
-        self: MemoryStore,
-        memory_id: int,
-        value: str,
-        *,
-        evidence: str | None = None,
-        actor: str = "user",
-    ) -> Memory:
-        """The world changed: a new version replaces this one, which stays in history."""
-        async with self.db.transaction():
-            old = await self._row(memory_id)
-            if old["status"] not in ("active", "held"):
-                raise InvalidInput(
-                    f"memory {memory_id} is {old['status']}; only a current one can be corrected"
-                )
-            if normalize(old["value"]) == normalize(value):
-                raise InvalidInput(f"memory {memory_id} already has that value")
-            item = NewMemory(
-                value=value,
-                kind=old["kind"],
-                category=old["category"],
-                subject=old["subject"],
-                key=old["key"],
-                evidence=evidence,
-                source="user_explicit",
-                session_id=old["session_id"],
-                pinned=bool(old["pinned"]),
-            )
-            item.check()
-            new_id = await self._insert(item, actor)
-            await self._supersede(memory_id, new_id, actor)
-            return Memory.from_row(await self._row(new_id))
-
-    async def edit(
-        self: MemoryStore, memory_id: int, *, actor: str = "user", **changes: Any
-    ) -> Memory:
-        """Fix a memory in place (a typo, a better category); the old values go to history."""
-        unknown = set(changes) - set(EDITABLE)
-        if unknown:
-            raise InvalidInput(
-                f"cannot edit {', '.join(sorted(unknown))}; editable: " + ", ".join(EDITABLE)
-            )
-        async with self.db.transaction():
-            row = await self._row(memory_id)
-            if row["status"] == "superseded":
-                raise InvalidInput(
-                    f"memory {memory_id} was replaced by #{row['superseded_by']}; edit that one"
-                )
-            merged = {k: row[k] for k in EDITABLE} | changes
-            merged["value"] = str(merged["value"]).strip()
-            NewMemory(kind=row["kind"], source=row["source"], **merged).check()
-            changed = {k: v for k, v in changes.items() if row[k] != merged[k]}
-            if not changed:
-                return Memory.from_row(row)
-            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
-            if norm_key and norm_key != row["norm_key"]:
-                clash = await self.db.scalar(
-                    "SELECT id FROM memories WHERE norm_key = ? AND kind = ? AND id != ?"
-                    " AND status IN ('active', 'held')",
-                    (norm_key, row["kind"], memory_id),
-                )
-                if clash:
-                    raise InvalidInput(
-                        f"memory #{clash} already holds {norm_key}: correct or forget that one"
-                    )
-            sets = ", ".join(f"{k} = ?" for k in changed)
-            await self.db.execute(
-                f"UPDATE memories SET {sets}, norm_key = ?, updated_at = ? WHERE id = ?",
-                (*[merged[k] for k in changed], norm_key, now_iso(), memory_id),
-            )
-            await self._unindex_memory(memory_id)
-            await self._index_memory(await self._row(memory_id))
-            await self._history(
-                memory_id,
-                "edit",
-                actor,
-                old={k: row[k] for k in changed},
-                new={k: merged[k] for k in changed},
-            )
-            await self._mark_profile_stale()
-            return Memory.from_row(await self._row(memory_id))
-
-    async def _set_state(
-        self: MemoryStore,
-        memory_id: int,
-        action: str,
-        actor: str,
-        sql: str,
-        allowed: tuple[str, ...],
-    ) -> Memory:
-        async with self.db.transaction():
-            row = await self._row(memory_id)
-            if row["status"] not in allowed:
-                raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
-            await self.db.execute(
-                f"UPDATE memories SET {sql}, updated_at = ? WHERE id = ?", (now_iso(), memory_id)
-            )
-            new = await self._row(memory_id)
-            await self._history(
-                memory_id,
-                action,
-                actor,
-                old={"status": row["status"], "pinned": row["pinned"]},
-                new={"status": new["status"], "pinned": new["pinned"]},
-            )
-            if row["status"] != new["status"]:
-                await self._mark_profile_stale()
-            return Memory.from_row(new)
-
-    async def pin(
-        self: MemoryStore, memory_id: int, pinned: bool = True, actor: str = "user"
-    ) -> Memory:
-        """A pinned memory never decays and is never pruned."""
-        return await self._set_state(
-            memory_id,
-            "pin" if pinned else "unpin",
-            actor,
-            f"pinned = {int(pinned)}, strength = 1.0",
-            ("active", "held", "archived"),
-        )
-
-    async def archive(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
-        return await self._set_state(
-            memory_id, "archive", actor, "status = 'archived'", ("active", "held")
-        )
-
-    async def restore(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
-        return await self._set_state(
-            memory_id, "restore", actor, "status = 'active', strength = 1.0", ("archived",)
-        )
-
-    async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
-        """A held candidate reviewed and kept: it becomes the current value for its key."""
-        async with self.db.transaction():
-            row = await self._row(memory_id)
-            if row["status"] != "held":
-                raise InvalidInput(f"cannot accept memory {memory_id}: it is {row['status']}")
-            await self.db.execute(
-                "UPDATE memories SET status = 'active', review_reason = NULL, updated_at = ?"
-                " WHERE id = ?",
-                (now_iso(), memory_id),
-            )
-            await self._history(
-                memory_id, "accept", actor, old={"status": "held"}, new={"status": "active"}
-            )
-            await self._supersede_others(row)
-            await self._mark_profile_stale()
-        return await self.get(memory_id)
-
-    async def _supersede_others(self: MemoryStore, row: Any) -> None:
-        """One current value per key: ``row`` (just made active) replaces any other."""
-        if not row["norm_key"]:
-            return
-        others = await self.db.fetchall(
-            "SELECT id FROM memories WHERE kind = ? AND norm_key = ? AND status = 'active'"
-            " AND id != ?",
-            (row["kind"], row["norm_key"], row["id"]),
-        )
-        for other in others:
-            await self._supersede(other["id"], row["id"], "extraction")

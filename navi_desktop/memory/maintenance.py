@@ -1,4 +1,5 @@
-"""Background jobs: listing and stats, decay and prune, embedding backfill and re-embedding."""
+"""Background jobs: listing and stats, expiry, decay and prune, embedding backfill and
+re-embedding."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.clock import now_iso, parse_iso
+from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text
 from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, Memory
 
@@ -51,9 +52,14 @@ class MaintenanceOps:
         descending: bool = True,
         limit: int = 50,
         offset: int = 0,
+        current: bool = False,
     ) -> tuple[list[Memory], int]:
-        """A page of memories and the total that match. ``status=None`` means every status."""
+        """A page of memories and the total that match. ``status=None`` means every status;
+        ``current`` leaves out facts past their expiry (not yet archived by maintenance)."""
         where, params = ["1"], []
+        if current:
+            where.append("(expires_at IS NULL OR expires_at > ?)")
+            params.append(now_iso())
         for name, value, allowed in (
             ("kind", kind, KINDS),
             ("category", category, CATEGORIES),
@@ -140,11 +146,42 @@ class MaintenanceOps:
             [(at, i) for i in memory_ids],
         )
 
+    async def archive_expired(self: MemoryStore, *, now: str | None = None) -> list[int]:
+        """Archive (never delete) the current facts whose expiry has passed, pinned ones too:
+        an expiry is the user's word that it stops being true. Each gets a history row."""
+        when = check_iso(now, "now") if now else now_iso()
+        async with self.db.transaction():
+            rows = await self.db.fetchall(
+                "SELECT id, status, expires_at FROM memories WHERE expires_at IS NOT NULL"
+                " AND expires_at <= ? AND status IN ('active', 'held') ORDER BY id",
+                (when,),
+            )
+            for row in rows:
+                await self.db.execute(
+                    "UPDATE memories SET status = 'archived', updated_at = ? WHERE id = ?",
+                    (now_iso(), row["id"]),
+                )
+                await self._history(
+                    row["id"],
+                    "archive",
+                    "system",
+                    old={"status": row["status"]},
+                    new={
+                        "status": "archived",
+                        "reason": "it expired",
+                        "expires_at": row["expires_at"],
+                    },
+                )
+            if rows:
+                await self._mark_profile_stale()
+        return [r["id"] for r in rows]
+
     async def decay(
         self: MemoryStore, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()
     ) -> DecayReport:
+        """Archive what expired, then let the rest fade along the forgetting curve."""
         when = parse_iso(now or now_iso())
-        report = DecayReport(archived=[])
+        report = DecayReport(archived=await self.archive_expired(now=now))
         async with self.db.transaction():
             rows = await self.db.fetchall(
                 "SELECT id, mentions, strength, coalesce(last_used_at, updated_at) AS seen"

@@ -282,6 +282,39 @@ async def m0010_reply_feedback(db: Database) -> None:
     )
 
 
+async def m0011_entity_types_and_aliases(db: Database) -> None:
+    # A type and other names for an entity; which memories the model has read for entities.
+    await _script(
+        db,
+        """
+        ALTER TABLE entities ADD COLUMN type TEXT
+            CHECK (type IN ('person', 'organisation', 'project', 'location', 'other'));
+        CREATE TABLE entity_aliases (
+            entity_id INTEGER NOT NULL REFERENCES entities(id) ON DELETE CASCADE,
+            name      TEXT NOT NULL,
+            norm      TEXT NOT NULL UNIQUE
+        );
+        CREATE INDEX entity_aliases_by_entity ON entity_aliases (entity_id);
+        CREATE TABLE entities_enriched (
+            memory_id INTEGER PRIMARY KEY REFERENCES memories(id) ON DELETE CASCADE,
+            model     TEXT NOT NULL,
+            at        TEXT NOT NULL
+        )
+        """,
+    )
+
+
+async def m0012_expiry_and_verification(db: Database) -> None:
+    # A fact that holds until a time ("in Berlin until Friday"), and when the user last said a
+    # fact is still true. Both NULL: never expires, never confirmed. The partial index serves
+    # maintenance, which archives what has expired.
+    await db.execute("ALTER TABLE memories ADD COLUMN expires_at TEXT")
+    await db.execute("ALTER TABLE memories ADD COLUMN last_verified_at TEXT")
+    await db.execute(
+        "CREATE INDEX memories_expiring ON memories (expires_at) WHERE expires_at IS NOT NULL"
+    )
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -293,6 +326,8 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0008_memory_ids_never_reused", m0008_memory_ids_never_reused),
     ("0009_forgotten_phrases", m0009_forgotten_phrases),
     ("0010_reply_feedback", m0010_reply_feedback),
+    ("0011_entity_types_and_aliases", m0011_entity_types_and_aliases),
+    ("0012_expiry_and_verification", m0012_expiry_and_verification),
 ]
 # Steps that rebuild a table: foreign keys are off around them (a transaction ignores the pragma).
 NO_FOREIGN_KEYS = {"0008_memory_ids_never_reused"}

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from navi_desktop.memory.clock import now_iso
+
 KINDS = ("fact", "episode", "rule", "reflection")
 CATEGORIES = ("profile", "preferences", "technical", "projects", "relationships", "health", "other")
 SOURCES = ("conversation", "tool_call", "user_explicit", "auto_discovery", "import")
@@ -37,6 +39,8 @@ class Memory:
     valid_to: str | None
     superseded_by: int | None
     review_reason: str | None = None
+    expires_at: str | None = None  # a fact that holds until then (archived once it passed)
+    last_verified_at: str | None = None  # when the user last confirmed it
 
     @classmethod
     def from_row(cls, row: Any) -> Memory:
@@ -46,6 +50,11 @@ class Memory:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def expired(self, now: str | None = None) -> bool:
+        """Past its expiry (search and the prompt leave it out before maintenance archives it);
+        ``now`` in the stored form."""
+        return self.expires_at is not None and self.expires_at <= (now or now_iso())
 
 
 @dataclass(frozen=True)

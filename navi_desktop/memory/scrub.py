@@ -106,6 +106,7 @@ class ScrubPlan:
     meta: dict[str, str] = field(default_factory=dict)
     entities: list[int] = field(default_factory=list)
     notes: dict[int, str | None] = field(default_factory=dict)  # reply_feedback.message_id
+    aliases: list[str] = field(default_factory=list)  # entity_aliases.norm
     samples: list[str] = field(default_factory=list)
     counts: ScrubCounts = field(default_factory=ScrubCounts)
 
@@ -212,7 +213,12 @@ class ScrubOps:
         for row in await self.db.fetchall("SELECT id, name, norm FROM entities"):
             if matcher.spans(row["name"]) or matcher.spans(row["norm"]):
                 plan.entities.append(row["id"])
-        plan.counts.entities = len(plan.entities)
+        for row in await self.db.fetchall("SELECT entity_id, name, norm FROM entity_aliases"):
+            if row["entity_id"] not in plan.entities and (
+                matcher.spans(row["name"]) or matcher.spans(row["norm"])
+            ):
+                plan.aliases.append(row["norm"])
+        plan.counts.entities = len(plan.entities) + len(plan.aliases)
         where, params = _candidates(matcher, ("note",))
         for row in await self.db.fetchall(
             f"SELECT message_id, note FROM reply_feedback WHERE {where}", params
@@ -294,6 +300,9 @@ class ScrubOps:
         if plan.entities:
             marks = ",".join("?" * len(plan.entities))
             await self.db.execute(f"DELETE FROM entities WHERE id IN ({marks})", plan.entities)
+        await self.db.executemany(
+            "DELETE FROM entity_aliases WHERE norm = ?", [(norm,) for norm in plan.aliases]
+        )
         await self.db.executemany(
             "UPDATE reply_feedback SET note = ? WHERE message_id = ?",
             [(note, mid) for mid, note in plan.notes.items()],

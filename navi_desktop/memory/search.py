@@ -18,11 +18,11 @@ import numpy as np
 import sqlean
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.clock import check_iso
 from navi_desktop.memory.documents import memory_text, message_text
-from navi_desktop.memory.models import CATEGORIES, KINDS, Memory, Message, SearchHit, Signal
+from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
+from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
-from navi_desktop.memory.vectors import MEMORY, MESSAGE, Codes, sign_bits
+from navi_desktop.memory.vectors import Codes, sign_bits
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -66,74 +66,6 @@ class Tuning:
     vector_only_ranks: int = 3
 
 
-@dataclass(frozen=True)
-class Target:
-    """One kind of searchable row and where its index entries live."""
-
-    kind: str  # "memory" | "message": the first half of a Key
-    table: str
-    alias: str
-    fts: str
-    column: str  # its column in embeddings and entity_links
-    owner: int  # its owner code in the bit index
-
-
-MEMORIES = Target("memory", "memories", "m", "memories_fts", "memory_id", MEMORY)
-MESSAGES = Target("message", "messages", "g", "messages_fts", "message_id", MESSAGE)
-
-
-@dataclass(frozen=True)
-class Filters:
-    kinds: tuple[str, ...]
-    categories: tuple[str, ...] | None
-    exclude_session: str | None
-    since: str | None
-    until: str | None
-    include_inactive: bool
-
-    @property
-    def memory_kinds(self) -> tuple[str, ...]:
-        return tuple(k for k in self.kinds if k != "message")
-
-    def targets(self) -> list[tuple[Target, str, list[Any]]]:
-        """The kinds of row searched, each with its filter as SQL (on its alias) and params."""
-        out = []
-        if self.memory_kinds:
-            out.append((MEMORIES, *self.memory_sql(MEMORIES.alias)))
-        if "message" in self.kinds:
-            out.append((MESSAGES, *self.message_sql(MESSAGES.alias)))
-        return out
-
-    def memory_sql(self, alias: str = "m") -> tuple[str, list[Any]]:
-        marks = ",".join("?" * len(self.memory_kinds))
-        sql = [f"{alias}.kind IN ({marks})"]
-        params: list[Any] = list(self.memory_kinds)
-        if not self.include_inactive:
-            sql.append(f"{alias}.status = 'active'")
-        if self.categories:
-            sql.append(f"{alias}.category IN ({','.join('?' * len(self.categories))})")
-            params += self.categories
-        self._common(alias, sql, params)
-        return " AND ".join(sql), params
-
-    def message_sql(self, alias: str = "g") -> tuple[str, list[Any]]:
-        sql: list[str] = ["1"]
-        params: list[Any] = []
-        self._common(alias, sql, params)
-        return " AND ".join(sql), params
-
-    def _common(self, alias: str, sql: list[str], params: list[Any]) -> None:
-        if self.exclude_session:
-            sql.append(f"({alias}.session_id IS NULL OR {alias}.session_id != ?)")
-            params.append(self.exclude_session)
-        if self.since:
-            sql.append(f"{alias}.created_at >= ?")
-            params.append(self.since)
-        if self.until:
-            sql.append(f"{alias}.created_at <= ?")
-            params.append(self.until)
-
-
 def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
     return [((kind, row[0]), float(row[1])) for row in rows]
 
@@ -170,10 +102,10 @@ class SearchOps:
     ) -> list[SearchHit]:
         """Best matches for any text. ``kinds`` may include "message" to search the transcript.
 
-        Only current memories (active: not superseded, held or archived) unless
-        ``include_inactive``. Every hit carries the rank and score each signal gave it.
+        Only current memories (active and not expired: not superseded, held or archived)
+        unless ``include_inactive``. Every hit carries the rank and score each signal gave it.
         """
-        filters = self._filters(kinds, categories, exclude_session, since, until, include_inactive)
+        filters = make_filters(kinds, categories, exclude_session, since, until, include_inactive)
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
         vector = await self._query_vector(query)
@@ -194,25 +126,6 @@ class SearchOps:
                 await self._session_boost(scores, detail)
             order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
             return await self._hydrate([(key, scores[key], detail[key]) for key in order])
-
-    def _filters(self, kinds, categories, exclude_session, since, until, include_inactive):
-        kinds = tuple(kinds) if kinds else KINDS
-        for kind in kinds:
-            if kind not in (*KINDS, "message"):
-                raise InvalidInput(f"kind must be one of {', '.join(KINDS)}, message; got {kind!r}")
-        for category in categories or ():
-            if category not in CATEGORIES:
-                raise InvalidInput(
-                    f"category must be one of {', '.join(CATEGORIES)}, got {category!r}"
-                )
-        return Filters(
-            kinds=kinds,
-            categories=tuple(categories) if categories else None,
-            exclude_session=exclude_session,
-            since=check_iso(since, "since") if since else None,
-            until=check_iso(until, "until") if until else None,
-            include_inactive=include_inactive,
-        )
 
     async def _query_vector(self: MemoryStore, query: str) -> Any:
         if self.embedder is None or not query.strip():
@@ -395,8 +308,9 @@ class SearchOps:
             "  WHERE l.entity_id = e.id AND l.memory_id IS NOT NULL)"
             " + (SELECT count(*) FROM entity_links l"
             "  WHERE l.entity_id = e.id AND l.message_id IS NOT NULL) AS n"
-            f" FROM entities e WHERE e.norm IN ({marks})) WHERE n > 0",
-            list(grams),
+            f" FROM entities e WHERE e.norm IN ({marks}) OR e.id IN"  # an alias names it too
+            f" (SELECT entity_id FROM entity_aliases WHERE norm IN ({marks}))) WHERE n > 0",
+            [*grams, *grams],
         ).fetchall()
         if not rows:
             return {}

@@ -17,11 +17,14 @@ from navi_desktop.errors import DiskFull, InvalidInput, NotFound
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.db import Database, DbError
 from navi_desktop.memory.documents import memory_document, message_documents
+from navi_desktop.memory.editing import EditOps
 from navi_desktop.memory.embedders import Embedder
+from navi_desktop.memory.entity_enrichment import EnrichmentOps
+from navi_desktop.memory.entity_profiles import EntityOps
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
-from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.failures import disk_full
+from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.maintenance import MaintenanceOps
@@ -29,6 +32,7 @@ from navi_desktop.memory.migrations import check_schema, migrate
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.search import SearchOps
 from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
+from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
 from navi_desktop.memory.vectors import MEMORY, MESSAGE, BitIndex, sign_bits
 from navi_desktop.paths import Paths
@@ -38,12 +42,16 @@ ROLES = ("user", "assistant", "tool", "system")
 
 class MemoryStore(
     FactOps,
+    EditOps,
+    StateOps,
     ForgetOps,
     SearchOps,
     SessionOps,
     SessionAdminOps,
     LedgerOps,
     FeedbackOps,
+    EnrichmentOps,
+    EntityOps,
     ExchangeOps,
     MaintenanceOps,
 ):
@@ -256,15 +264,17 @@ class MemoryStore(
         if not pairs:
             return
         # Two statements whatever the count, pipelined: each round trip to the SQLite thread
-        # costs time on the hot path.
+        # costs time on the hot path. A name that is an entity's alias links to that entity.
         await self.db.pipeline(
             self.db.executemany(
-                "INSERT INTO entities (name, norm) VALUES (?, ?) ON CONFLICT (norm) DO NOTHING",
+                "INSERT INTO entities (name, norm) SELECT ?1, ?2 WHERE NOT EXISTS"
+                " (SELECT 1 FROM entity_aliases WHERE norm = ?2) ON CONFLICT (norm) DO NOTHING",
                 pairs,
             ),
             self.db.executemany(
                 f"INSERT OR IGNORE INTO entity_links (entity_id, {column})"
-                " SELECT id, ? FROM entities WHERE norm = ?",
+                " SELECT coalesce((SELECT entity_id FROM entity_aliases WHERE norm = ?2),"
+                " (SELECT id FROM entities WHERE norm = ?2)), ?1",
                 [(owner_id, norm) for _, norm in pairs],
             ),
         )
@@ -282,9 +292,14 @@ class MemoryStore(
                 self._bits.remove({r[0] for r in rows})
 
     async def _drop_orphan_entities(self) -> None:
+        """Entities nothing mentions any more go, their aliases with them (cascade)."""
+        # One lookup per partial link index: a plain ``entity_id = ?`` can use neither and
+        # scanned every link per entity (44 s at 20k entities and 200k links; now 34 ms).
         await self.db.execute(
-            "DELETE FROM entities WHERE NOT EXISTS"
-            " (SELECT 1 FROM entity_links WHERE entity_id = entities.id)"
+            "DELETE FROM entities WHERE NOT EXISTS (SELECT 1 FROM entity_links l"
+            " WHERE l.entity_id = entities.id AND l.memory_id IS NOT NULL)"
+            " AND NOT EXISTS (SELECT 1 FROM entity_links l"
+            " WHERE l.entity_id = entities.id AND l.message_id IS NOT NULL)"
         )
 
     # -- embeddings --------------------------------------------------------------------------

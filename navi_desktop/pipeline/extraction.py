@@ -5,9 +5,11 @@ others go on to the write policy)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from typing import Any, Protocol
 
 from navi_desktop.errors import NaviError
+from navi_desktop.expiry import MAX_DAYS, end_of_day, stored
 from navi_desktop.memory.models import CATEGORIES
 from navi_desktop.memory.textproc import normalize
 
@@ -41,6 +43,7 @@ MAX_FACTS = 6  # per chunk: a small model asked for "facts" otherwise lists unti
 MAX_RULES = 3
 SUMMARY_CHARS = 300
 QUOTE_CHARS = 160
+EXPIRY_DAYS = 365  # what a model may propose: "this week", "until the end of term"
 
 
 def _text(limit: int, *, required: bool = True) -> dict[str, Any]:
@@ -63,6 +66,9 @@ EXTRACTION_SCHEMA: dict[str, Any] = {
                     "category": {"type": "string", "enum": list(CATEGORIES)},
                     "quote": _text(QUOTE_CHARS),
                     "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                    # Optional: only for what the user says holds for a while.
+                    "expires_in_days": {"type": "integer", "minimum": 1, "maximum": EXPIRY_DAYS},
+                    "expires_on": _text(10),
                 },
                 "required": ["about", "attribute", "value", "category", "quote", "confidence"],
             },
@@ -91,7 +97,9 @@ Return JSON with:
 projects). Each fact has: "about" ("user", or the name of the person it is about), \
 "attribute" (what it is, in 1-3 words), "value" (the fact, in a few words), "category" \
 (one of: {categories}), "quote" (the user's exact words that say it, copied from a "User:" \
-line), "confidence" (0 to 1).
+line), "confidence" (0 to 1). Only when the user says a fact holds for a limited time \
+("this week", "until Friday"), add "expires_in_days" (days from the chat's date) or \
+"expires_on" (its last day, YYYY-MM-DD).
 - "rules": lasting instructions the user gives for all future answers, each with \
 "instruction" and the user's exact "quote".
 - "summary": one or two sentences on what the user talked about.
@@ -143,6 +151,17 @@ class FactCandidate:
     evidence: str
     source: str
     confidence: float
+    expires_in_days: int | None = None  # from the day it was said
+    expires_on: date | None = None  # its last day
+
+    def expires_at(self, said_at: datetime) -> str | None:
+        """When it stops being true, for a fact said at ``said_at`` (stored form); None when
+        it does not expire."""
+        if self.expires_on is not None:
+            return stored(end_of_day(self.expires_on))
+        if self.expires_in_days is not None:
+            return stored(said_at + timedelta(days=self.expires_in_days))
+        return None
 
 
 @dataclass(frozen=True)
@@ -223,12 +242,34 @@ def _confidence(raw: Any) -> float:
 _NOT_THE_USER = frozenset({"assistant", "the assistant", "navi", "ai", "bot", "you", "system"})
 
 
+def _expiry(item: dict[str, Any]) -> tuple[int | None, date | None]:
+    """(days, last day) the model gave; a malformed one drops the fact: kept without it, a
+    passing state ("in Berlin this week") would read as lasting."""
+    days, day = item.get("expires_in_days"), item.get("expires_on")
+    if isinstance(days, float) and days.is_integer():
+        days = int(days)
+    if days is not None and (
+        isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= EXPIRY_DAYS
+    ):
+        raise _Bad(f"expires_in_days is not a number of days from 1 to {EXPIRY_DAYS}")
+    if day is None or day == "":
+        return days, None
+    try:
+        if not isinstance(day, str):
+            raise ValueError
+        last = date.fromisoformat(day.strip())
+    except ValueError:
+        raise _Bad("expires_on is not a date (YYYY-MM-DD)") from None
+    return None, last
+
+
 def _fact(item: dict[str, Any]) -> FactCandidate:
     category = item.get("category")
     source = item.get("source")
     subject = _field(item, "subject", 60, required=False) or "user"
     if normalize(subject) in _NOT_THE_USER:
         raise _Bad("about the assistant, not the user")
+    days, last_day = _expiry(item)
     return FactCandidate(
         subject=subject,
         key=_field(item, "key", 60),
@@ -237,6 +278,8 @@ def _fact(item: dict[str, Any]) -> FactCandidate:
         evidence=_field(item, "evidence", 2 * QUOTE_CHARS),
         source=source if source in SOURCES else "conversation",
         confidence=_confidence(item.get("confidence")),
+        expires_in_days=days,
+        expires_on=last_day,
     )
 
 
@@ -292,7 +335,7 @@ def parse_extraction(data: Any, *, cut: bool = False) -> Parsed:
         parsed.extraction.facts, parsed.extraction.rules, summary[: 2 * SUMMARY_CHARS]
     )
     if cut:
-        parsed.dropped.append("the answer was cut off at the output limit: its last item is lost")
+        parsed.dropped.append("the answer was cut off at the output limit (its last item is lost)")
     return parsed
 
 
@@ -308,6 +351,24 @@ def request(instructions: str, material: str) -> list[dict[str, Any]]:
     return [{"role": "system", "content": instructions}, {"role": "user", "content": material}]
 
 
-def extraction_messages(transcript: str, categories: tuple[str, ...] = CATEGORIES) -> list[dict]:
+def extraction_messages(
+    transcript: str, categories: tuple[str, ...] = CATEGORIES, day: date | None = None
+) -> list[dict]:
+    """The request for one chunk; ``day``, the chat's date, lets a model turn "until Friday"
+    into a date."""
     prompt = EXTRACTION_PROMPT.format(categories=", ".join(categories))
-    return request(prompt, f"Chat:\n\n{transcript}")
+    when = f" ({day:%A} {day.isoformat()})" if day else ""
+    return request(prompt, f"Chat{when}:\n\n{transcript}")
+
+
+def expiry_problem(candidate: FactCandidate, said_at: datetime, now: datetime) -> str | None:
+    """Why a fact's expiry cannot be kept (it passed before the fact was learned, or it is
+    too far off), or None."""
+    expires = candidate.expires_at(said_at)
+    if expires is None:
+        return None
+    if expires <= stored(now):
+        return f"it stopped being true at {expires}, before the chat was processed"
+    if expires > stored(now + timedelta(days=MAX_DAYS)):
+        return f"its expiry is more than {MAX_DAYS} days away"
+    return None

@@ -6,6 +6,8 @@
 - A summary (of a session, or the profile) must take its content words from its sources;
   sentences about sensitive matters are left out. When nothing survives, an extractive
   fallback is used: the user's own key sentences, or the facts themselves.
+- A reflection's insight must take its content words from the facts it connects (it is
+  dropped otherwise); one on a sensitive matter waits for the user's review.
 
 Deliberately tolerant of wording ("lives" for "live", "beekeeping" for "bees"): they catch
 invented names, numbers and topics, not style.
@@ -165,7 +167,7 @@ def check_candidate(
     if kind == "fact" and (why := _not_a_statement(quote, holder)):
         return why
     if _SECRET.search(value) or _SECRET.search(evidence):
-        return "looks like a secret: never kept"
+        return "looks like a secret, never kept"
     said = squash(value)
     if said and (said in quote or said in holder):
         return None
@@ -274,3 +276,80 @@ def key_sentences(
     if not out:
         return None
     return "The user said: " + " ".join(f"“{s}”" for s in out)
+
+
+# ---- reflections ----------------------------------------------------------------------------
+
+REFLECTION_CHARS = 300  # an insight is a sentence or two, whatever the model wrote
+INSIGHT_WORDS = 5  # fewer is a label ("Wohnort", "Helix"), not an insight
+# Words an insight uses to connect facts, which claim nothing of their own.
+_LINKING = frozenset(
+    """pattern patterns goal goals interest interests interested value values valued important
+    importance matter matters priority priorities seem seems seemed appear appears tend tends
+    focus focused focuses habit habits routine routines consistent consistently regular
+    regularly both together suggest suggests suggesting show shows indicate indicates strong
+    strongly clear clearly deep deeply combine combines combined connect connects connected
+    related relates overall general generally passion passionate care cares balance across
+    between several various aspects area areas life personal motivated committed dedicated
+    invested engaged active actively enthusiast enthusiastic""".split()
+)
+
+
+@dataclass(frozen=True)
+class CheckedInsight:
+    """A reflection's insight after the checks: ``text`` to store (None: dropped), ``why`` it
+    was dropped or waits for review, ``held``: it waits for the user's review."""
+
+    text: str | None
+    why: str | None = None
+    held: bool = False
+
+
+def clamp(text: str, chars: int) -> str:
+    """``text`` in at most ``chars``: whole sentences while they fit, else the first one cut
+    at a word, marked with an ellipsis."""
+    text = " ".join(text.split())
+    if len(text) <= chars:
+        return text
+    out = ""
+    for sentence in sentences(text):
+        if len(out) + len(sentence) + 1 > chars:
+            break
+        out = f"{out} {sentence}".strip()
+    if out:
+        return out
+    return text[: chars - 1].rsplit(" ", 1)[0].rstrip(" ,;:") + "…"
+
+
+def check_insight(text: str, facts: Sequence[tuple[str, bool]]) -> CheckedInsight:
+    """An insight of a reflection, against the facts it was given as (text, sensitive)
+    pairs: dropped unless it is a sentence whose content words all come from the facts
+    (numbers exactly) and from at least two of them (the prompt asks for insights that
+    connect facts: one that restates a single fact adds nothing); held for review when it
+    touches a sensitive matter, in its own words or by drawing on a sensitive fact."""
+    if not prose(text):
+        return CheckedInsight(None, "not prose")
+    text = clamp(text, REFLECTION_CHARS)
+    if _SECRET.search(text):
+        return CheckedInsight(None, "looks like a secret, never kept")
+    if len(tokens(text)) < INSIGHT_WORDS:
+        return CheckedInsight(None, "too short to be an insight")
+    vocab = Vocabulary(t for t, _ in facts)
+    said: list[str] = []
+    for sentence in sentences(text):
+        words = [w for w in content_words(sentence) if w not in _LINKING]
+        missing = [w for w in words if not vocab.has(w)]
+        share = 1.0 - len(missing) / len(words) if words else 1.0
+        if share < SUMMARY_GROUNDED or any(any(ch.isdigit() for ch in w) for w in missing):
+            return CheckedInsight(None, f"not grounded in the facts ({', '.join(missing[:4])})")
+        said += words
+    if not said:
+        return CheckedInsight(None, "says nothing the facts say")
+    drawn_on = sum(1 for t, _ in facts if any(Vocabulary([t]).has(w) for w in said))
+    if drawn_on < min(2, len(facts)):
+        return CheckedInsight(None, "restates one fact, connects none")
+    private = Vocabulary(t for t, touchy in facts if touchy)
+    plain = Vocabulary(t for t, touchy in facts if not touchy)
+    if sensitive(text) or any(private.has(w) and not plain.has(w) for w in said):
+        return CheckedInsight(text, "sensitive: waiting for your review", held=True)
+    return CheckedInsight(text)

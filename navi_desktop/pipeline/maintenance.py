@@ -1,6 +1,6 @@
-"""Scheduled jobs the daemon runs: decay, weekly reflection, embedding backfill, and
-rewriting a profile summary left stale by a failed or skipped refresh, and summaries a forget
-redacted while no model was reachable."""
+"""Scheduled jobs the daemon runs: decay, weekly reflection, embedding backfill, rewriting a
+profile summary left stale by a failed or skipped refresh and summaries a forget redacted
+while no model was reachable, and the model's entity pass (last: it is the least urgent)."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.memory.clock import now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
-from navi_desktop.pipeline.extraction import JsonModel, ModelOutputError
+from navi_desktop.pipeline.entity_pass import enrich_entities
+from navi_desktop.pipeline.extraction import WRITE_OPTIONS, JsonModel, ModelOutputError, request
 from navi_desktop.pipeline.forgetting import AfterForget, rewrite_redacted
-from navi_desktop.pipeline.session_end import (
-    RETRYABLE,
-    EndSettings,
-    ask_field,
-    refresh_profile,
-)
+from navi_desktop.pipeline.grounding import check_insight, sensitive
+from navi_desktop.pipeline.policy import is_sensitive
+from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, refresh_profile
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.models import Memory
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -30,8 +29,8 @@ log = logging.getLogger(__name__)
 REFLECTION_PROMPT = """\
 Below are facts learned about the user recently, and older ones. Write one to three short \
 insights that connect them (patterns, goals, what matters to the user), each supported by at \
-least two of the facts. Only what the facts support; no advice. Return JSON: \
-{"insights": ["..."]}."""
+least two of the facts. Only what the facts support, in the facts' own words; no advice. \
+Return JSON: {"insights": ["..."]}."""
 REFLECTION_SCHEMA = {
     "type": "object",
     "properties": {
@@ -40,6 +39,7 @@ REFLECTION_SCHEMA = {
     "required": ["insights"],
 }
 MIN_NEW_FACTS = 3
+MAX_INSIGHTS = 3  # what the schema allows; a model may ignore it
 REFLECTION_EVERY = timedelta(days=7)
 
 
@@ -47,17 +47,27 @@ REFLECTION_EVERY = timedelta(days=7)
 class MaintenanceReport:
     archived: list[int] = field(default_factory=list)
     reflections: list[int] = field(default_factory=list)
+    reflections_dropped: list[str] = field(default_factory=list)  # "insight: why"
     embedded: int = 0
     ratings_purged: int = 0
+    entity_links: int = 0  # added by the model's entity pass
     profile_refreshed: bool = False
     backup: str | None = None  # the daily backup made now, if one was due
     errors: list[str] = field(default_factory=list)
 
 
 async def reflect(
-    store: MemoryStore, llm: JsonModel, settings: EndSettings, *, now: str | None = None
+    store: MemoryStore,
+    llm: JsonModel,
+    settings: EndSettings,
+    *,
+    now: str | None = None,
+    dropped: list[str] | None = None,
 ) -> list[int]:
-    """At most once a week, and only when at least three facts are new since the last one."""
+    """At most once a week, and only when at least three facts are new since the last one.
+    An insight is checked like any candidate (grounding.check_insight): one not grounded in
+    the facts is left out (logged, and added to ``dropped`` as "insight: why"), one on a
+    sensitive matter is held for review."""
     now = now or now_iso()
     last = await store.get_meta("last_reflection_at")
     if last and parse_iso(now) - parse_iso(last) < REFLECTION_EVERY:
@@ -71,20 +81,55 @@ async def reflect(
     listing = "New facts:\n" + "\n".join(f"- {memory_text(m)}" for m in new)
     if older:
         listing += "\n\nOlder facts:\n" + "\n".join(f"- {memory_text(m)}" for m in older)
-    insights = await ask_field(llm, settings, REFLECTION_PROMPT, listing, REFLECTION_SCHEMA)
-    if not isinstance(insights, list) or not all(isinstance(i, str) for i in insights):
-        raise ModelOutputError('reflection must return {"insights": [string, ...]}')
-    results = await store.add_memories(
-        [
-            NewMemory(value=i.strip(), kind="reflection", source="auto_discovery", confidence=0.6)
-            for i in insights
-            if i.strip()
-        ],
-        actor="reflection",
+    # Item by item, like extraction: one overlong or malformed insight costs only itself.
+    answer = await llm.complete_json_loose(
+        settings.model,
+        request(REFLECTION_PROMPT, listing),
+        REFLECTION_SCHEMA,
+        {**WRITE_OPTIONS, **(settings.options or {})},
     )
+    insights = answer.value.get("insights") if isinstance(answer.value, dict) else None
+    if not isinstance(insights, list):
+        raise ModelOutputError('reflection must return {"insights": [string, ...]}')
+    given = [(memory_text(m), _touchy(m)) for m in [*new, *older]]
+    batch: list[NewMemory] = []
+    for n, insight in enumerate(insights):
+        if not isinstance(insight, str) or not insight.strip():
+            _left_out(dropped, repr(insight)[:60], "not a sentence")
+            continue
+        said = " ".join(insight.split())[:80]
+        if n >= MAX_INSIGHTS:
+            _left_out(dropped, said, f"more than {MAX_INSIGHTS} insights in one answer")
+            continue
+        checked = check_insight(insight, given)
+        if checked.text is None:
+            _left_out(dropped, said, checked.why or "")
+            continue
+        batch.append(
+            NewMemory(
+                value=checked.text,
+                kind="reflection",
+                source="auto_discovery",
+                confidence=0.6,
+                status="held" if checked.held else "active",
+                review_reason=checked.why if checked.held else None,
+            )
+        )
+    results = await store.add_memories(batch, actor="reflection")
     await store.set_meta("last_reflection_at", now)
     await store.set_meta("last_reflection_fact_id", str(max(m.id for m in new)))
     return [r.memory.id for r in results if r.memory is not None]
+
+
+def _touchy(m: Memory) -> bool:
+    """A fact an insight may not repeat without the user's review."""
+    return is_sensitive(m.category, m.key or "", m.value) or sensitive(memory_text(m))
+
+
+def _left_out(dropped: list[str] | None, insight: str, why: str) -> None:
+    log.info("reflection left out (%s): %s", why, insight)
+    if dropped is not None:
+        dropped.append(f"{insight}: {why}")
 
 
 async def run_maintenance(
@@ -113,7 +158,9 @@ async def run_maintenance(
     if llm is None or settings is None:
         return report
     try:
-        report.reflections = await reflect(store, llm, settings, now=now)
+        report.reflections = await reflect(
+            store, llm, settings, now=now, dropped=report.reflections_dropped
+        )
     except RETRYABLE as exc:
         report.errors.append(f"reflection: {exc}")
     redacted = AfterForget()  # summaries a forget redacted while no model was reachable
@@ -122,4 +169,8 @@ async def run_maintenance(
     _, stale = await store.profile_summary()
     if stale:
         report.profile_refreshed = await refresh_profile(store, llm, settings)
+    try:
+        report.entity_links = await enrich_entities(store, llm, settings)
+    except RETRYABLE as exc:
+        report.errors.append(f"entities: {exc}")
     return report

@@ -15,10 +15,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING
 
 from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.llm.budget import output_tokens, prompt_tokens
+from navi_desktop.memory.clock import parse_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.memory.sessions import SessionWrite
@@ -34,6 +36,7 @@ from navi_desktop.pipeline.extraction import (
     JsonModel,
     ModelOutputError,
     Parsed,
+    expiry_problem,
     extraction_messages,
     parse_extraction,
 )
@@ -105,6 +108,7 @@ async def end_session(
         (m.content for m in messages if m.role == "tool"),  # never the user's instructions
     )
     said = Transcript.of(messages)
+    times = {m.id: m.created_at for m in messages}  # when each was said: expiries count from it
     attempt = await _attempts(store, session_id)
     chunks = await _chunks(llm, settings, lines, attempt)
     report.chunks = len(chunks)
@@ -114,16 +118,16 @@ async def end_session(
         if settings.progress is not None:
             settings.progress(n, len(chunks))
         try:
-            parsed = await _extract(llm, settings, chunk, report)
+            parsed = await _extract(llm, settings, chunk, report, _day(times, chunk))
             if not parsed.usable and attempt < GIVE_UP_AFTER:
                 raise ModelOutputError(
                     "nothing usable in the model's answer: " + "; ".join(parsed.dropped[:3])
                 )
-            kept = _grounded(parsed, said, report, seen)
+            kept = _grounded(parsed, said, report, seen, times)
             planned = await plan(store, kept, conversation=conversation, sim=settings.similarity)
         except RETRYABLE as exc:
             return await run.pending(exc)
-        writes = [w for p in planned if (w := _write(p, session_id, said)) is not None]
+        writes = [w for p in planned if (w := _write(p, session_id, said, times)) is not None]
         report.dropped += [f"{_label(p)}: {p.reason}" for p in planned if p.action == "drop"]
         run.withheld += [_said(p) for p in planned if p.action in ("hold", "repeat")]
         run.summaries.append(parsed.extraction.summary)
@@ -218,13 +222,26 @@ async def _chunks(
     return plan_chunks(lines, limit)
 
 
+def _day(times: dict[int, str], chunk: Chunk) -> date | None:
+    """The local date the chunk's conversation took place (its first message)."""
+    first = times.get(chunk.lines[0][0]) if chunk.lines else None
+    return parse_iso(first).astimezone().date() if first else None
+
+
+def _said_at(fact: FactCandidate, said: Transcript, times: dict[int, str]) -> datetime:
+    """When the fact was said: the time of the message its quote comes from (else now)."""
+    message = said.first_with(squash(fact.evidence))
+    when = times.get(message) if message is not None else None
+    return parse_iso(when) if when else datetime.now(UTC)
+
+
 async def _extract(
-    llm: JsonModel, settings: EndSettings, chunk: Chunk, report: EndReport
+    llm: JsonModel, settings: EndSettings, chunk: Chunk, report: EndReport, day: date | None
 ) -> Parsed:
     report.llm_calls += 1
     answer = await llm.complete_json_loose(
         settings.model,
-        extraction_messages(chunk.text),
+        extraction_messages(chunk.text, day=day),
         EXTRACTION_SCHEMA,
         {**EXTRACT_OPTIONS, **(settings.options or {})},
     )
@@ -235,7 +252,11 @@ async def _extract(
 
 
 def _grounded(
-    parsed: Parsed, said: Transcript, report: EndReport, seen: set[tuple[str, ...]]
+    parsed: Parsed,
+    said: Transcript,
+    report: EndReport,
+    seen: set[tuple[str, ...]],
+    times: dict[int, str],
 ) -> Extraction:
     """The candidates whose quote is the user's own words and supports them; one that an
     earlier chunk of this run already proposed is passed over (it is not a repetition)."""
@@ -246,7 +267,10 @@ def _grounded(
         if same in seen:
             continue
         seen.add(same)
-        if why := check_candidate(fact.value, fact.evidence, said):
+        why = check_candidate(fact.value, fact.evidence, said) or expiry_problem(
+            fact, _said_at(fact, said, times), datetime.now(UTC)
+        )
+        if why:
             report.dropped.append(f"{fact.key}: {fact.value}: {why}")
         else:
             facts.append(fact)
@@ -268,6 +292,9 @@ async def refresh_profile(
     (it is retried later); the session's memories are already safe. An answer that is not
     grounded in the facts is replaced by the facts themselves."""
     facts, _ = await store.list_memories(kind="fact", sort="strength", limit=200)
+    # What holds only for a while stays out of the lasting profile: the prompt drops it the
+    # moment it expires, which a summary written earlier could not.
+    facts = [m for m in facts if m.expires_at is None]
     if not facts:
         return False
     listing = "\n".join(f"- [{m.category or 'other'}] {memory_text(m)}" for m in facts)
@@ -299,7 +326,9 @@ def _label(p: Planned) -> str:
     return f"{c.key}: {c.value}" if isinstance(c, FactCandidate) else c.instruction
 
 
-def _write(p: Planned, session_id: str, said: Transcript) -> SessionWrite | None:
+def _write(
+    p: Planned, session_id: str, said: Transcript, times: dict[int, str]
+) -> SessionWrite | None:
     if p.action == "drop":
         return None
     quote = squash(p.candidate.evidence)
@@ -318,6 +347,7 @@ def _write(p: Planned, session_id: str, said: Transcript) -> SessionWrite | None
             session_id=session_id,
             message_from=span,
             message_to=span,
+            expires_at=c.expires_at(_said_at(c, said, times)),
         )
     else:
         memory = NewMemory(

@@ -24,7 +24,7 @@ from navi_desktop.config import Settings, load_settings
 from navi_desktop.paths import Paths
 from navi_desktop.tui.keys import navi_commands, save_screenshot
 from navi_desktop.tui.link import DaemonLink, LinkState
-from navi_desktop.tui.status import Status, daemon_fields, same_model
+from navi_desktop.tui.status import Status, daemon_fields, learning_of, same_model
 
 Event = tuple[str, Any]  # (notification method, params)
 
@@ -98,6 +98,7 @@ class NaviApp(App[None]):
             on_state=self._on_link_state,
             autostart=autostart,
         )
+        self._progress_notes = 0  # session.progress notifications received
         self._apply_ui_settings(self.settings)
 
     # -- start ---------------------------------------------------------------------------------
@@ -118,6 +119,8 @@ class NaviApp(App[None]):
 
     def _on_link_state(self, state: LinkState) -> None:
         self.set_status(daemon=state.state, daemon_detail=state.detail)
+        if state.state != "up":  # its session ends are no longer known (a restart resumes them)
+            self.set_status(learning=())
         self.refresh_bindings()  # "Start the daemon" applies only while it is down
         if state.state == "up":
             self.refresh_status()
@@ -136,6 +139,10 @@ class NaviApp(App[None]):
             self.check_models()
         elif method in ("memory.changed", "session.state", "session.updated"):
             self.refresh_status()
+        elif method == "session.progress" and isinstance(params, dict):
+            # A session end moved on: the status line says how far ("learning: part 2 of 5").
+            self._progress_notes += 1
+            self.set_status(learning=learning_of(params.get("extracting"), self.status.profile))
         elif method == "memory.scrubbed":  # a forget's scrub that waited for a reader
             self.notify(
                 "The memory file no longer holds any copy of what you made Navi forget.",
@@ -167,6 +174,7 @@ class NaviApp(App[None]):
         """Ask the daemon for the figures on the status line (after each change it reports)."""
         from navi_desktop.errors import CorruptDatabase
 
+        notes = self._progress_notes
         try:
             daemon = await self.link.call("daemon.status")
         except Exception:  # the link reports a lost daemon itself; figures wait for it
@@ -178,6 +186,8 @@ class NaviApp(App[None]):
             fields["profile_error"] = str(err)
         except Exception:
             return
+        if notes != self._progress_notes:  # a progress notification meanwhile is newer
+            del fields["learning"]
         self.set_status(**fields)
 
     @work(exclusive=True, group="host", exit_on_error=False)

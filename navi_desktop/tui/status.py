@@ -9,6 +9,32 @@ from typing import Any
 Counts = Mapping[str, Mapping[str, int]]  # memory.stats "memories": kind -> status -> count
 
 
+@dataclass(frozen=True)
+class Learning:
+    """A session end under way: chunk ``part`` of ``parts`` (0 of 0: starting), and whether
+    it waits for the user to be idle."""
+
+    part: int = 0
+    parts: int = 0
+    waiting: bool = False
+
+
+def learning_of(extracting: Any, profile: str | None) -> tuple[Learning, ...]:
+    """The profile's session ends under way, from ``daemon.status`` "extracting" or a
+    ``session.progress`` notification (one entry per session end, any profile)."""
+    out = []
+    for end in extracting if isinstance(extracting, list) else []:
+        if isinstance(end, dict) and end.get("profile") == profile:
+            out.append(
+                Learning(
+                    int(end.get("chunk") or 0),
+                    int(end.get("chunks") or 0),
+                    bool(end.get("waiting")),
+                )
+            )
+    return tuple(out)
+
+
 def daemon_fields(
     status: dict[str, Any], stats: dict[str, Any] | None, profile: str | None = None
 ) -> dict[str, Any]:
@@ -26,6 +52,7 @@ def daemon_fields(
         "counts": None if stats is None else stats.get("memories") or {},
         "config_errors": tuple(str(e) for e in status.get("config_errors") or ()),
         "profile_error": broken.get("message"),
+        "learning": learning_of(status.get("extracting"), profile),
     }
 
 
@@ -51,6 +78,7 @@ class Status:
     profile_error: str | None = None  # the profile's file cannot be used: why, and the fix
     config_errors: tuple[str, ...] = ()  # config.toml's problems, with what stays in force
     host_note: str | None = None  # this shell's OLLAMA_HOST is not the daemon's (and the fix)
+    learning: tuple[Learning, ...] = ()  # session ends under way for this profile
 
     def count(self, status: str, kind: str | None = None) -> int:
         """Memories with this status (of this kind, or of every kind)."""

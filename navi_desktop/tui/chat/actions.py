@@ -1,5 +1,6 @@
-"""What the user does to the open session besides chatting: rename, delete, export, and
-switch the chat model. Mixed into ``ChatScreen``, which provides what is declared here."""
+"""What the user does to the open session besides chatting: rename, delete, export, learn
+from it now (and hear what a session end learned and dropped), and switch the chat model.
+Mixed into ``ChatScreen``, which provides what is declared here."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Label
 
+from navi_desktop.tui.chat.notices import end_notice, worth_telling
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
 from navi_desktop.tui.export import export_to
 
@@ -89,6 +91,46 @@ class SessionActions:
             return
         if path is not None:
             self.notify(f"Exported to {path}")
+
+    @work(group="end", exit_on_error=False)
+    async def _end(self, session_id: str, quiet: bool = False) -> None:
+        """Learn from a session now (the same path as the inactivity timeout)."""
+        if not quiet:
+            self.notify("Learning from this session…")
+        try:
+            reports = await self.navi.link.call("sessions.end", {"id": session_id})
+        except Exception as err:
+            self.navi.report(err, "Ending the session")
+            return
+        for report in reports:
+            if report.get("status") == "pending":
+                self.notify(
+                    f"Not learned yet: {report.get('reason')}; Navi will retry.",
+                    severity="warning",
+                    markup=False,
+                )
+            elif worth_telling(report) or not quiet:
+                self._tell_ended(report, "Session ended")
+
+    def _ended_by_daemon(self, params: Any) -> None:
+        """A session end the daemon ran on its own (inactivity, a retry, recovery) says what
+        it learned and dropped; one this screen asked for says so itself (``_end``)."""
+        if not isinstance(params, dict) or params.get("trigger") in (None, "explicit"):
+            return
+        if params.get("profile") != self.navi.status.profile:
+            return
+        if params.get("state") == "processed" and worth_telling(params):
+            title = self.sessions.title_of(params.get("session_id"))
+            self._tell_ended(params, f"Session “{title}” ended" if title else "A session ended")
+
+    def _tell_ended(self, report: dict[str, Any], what: str) -> None:
+        # Reasons may hold brackets: no markup. Longer when there are reasons to read.
+        timeout = 12 if report.get("dropped") else 6
+        self.notify(f"{what}: {end_notice(report)}", markup=False, timeout=timeout)
+
+    def action_end_session(self) -> None:
+        if self.session_id is not None and not self.incognito:
+            self._end(self.session_id)
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_switch_model(self) -> None:

@@ -132,6 +132,13 @@ class MessageView(Vertical, can_focus=True):
             await self.mount(note_label(note))
         await self.add_used_link()
 
+    async def show_rating(self, text: str) -> None:
+        """The rating line under a reply; a new rating replaces the old line."""
+        await self.query(".rating").remove()
+        label = note_label(text)
+        label.add_class("rating")
+        await self.mount(label)
+
     async def add_used_link(self) -> None:
         wanted = self.role == "assistant" and self.user_message_id is not None
         if wanted and not self.query(UsedLink):

@@ -18,6 +18,7 @@ from textual.widgets import Label
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.actions import SessionActions
 from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.chat.notices import STOPPED, reply_note
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.sessions import SessionsPane, short
 from navi_desktop.tui.dialogs import ChoiceScreen
@@ -50,6 +51,7 @@ class ChatScreen(SessionActions, NaviScreen):
         Binding("alt+o", "switch_model", "Switch chat model", id="navi.chat.model", show=False),
         Binding("f5,alt+u", "used", "What did you use?", id="navi.chat.used"),
         Binding("f6,alt+y", "copy_reply", "Copy reply", id="navi.chat.copy", show=False),
+        Binding("f11,alt+v", "rate_reply", "Rate reply", id="navi.chat.rate", show=False),
         Binding(
             "ctrl+f", "search_sessions", "Search sessions", id="navi.sessions.search", show=False
         ),
@@ -115,6 +117,8 @@ class ChatScreen(SessionActions, NaviScreen):
             method == "link.state" and params.state == "up"
         ):
             self.sessions.reload()
+            if method == "session.state":
+                self._ended_by_daemon(params)
         elif method == "memory.changed" and (params or {}).get("method") == "memory.forget":
             # Forgetting redacts what was said: the list and the open transcript follow.
             self.sessions.reload()
@@ -142,6 +146,8 @@ class ChatScreen(SessionActions, NaviScreen):
             return self.reply is None and self._last_reply() is not None
         if action in ("used", "copy_reply"):
             return self._last_reply() is not None
+        if action == "rate_reply":
+            return self.reply is None and self._last_reply() is not None
         if action in NEEDS_SESSION:
             return self.session_id is not None and not self.incognito
         return True
@@ -189,7 +195,7 @@ class ChatScreen(SessionActions, NaviScreen):
         except Exception as err:
             self.reply = None
             if self._stopping:  # stopped before the first token: not an error
-                await reply.finish(reply.text, note="(stopped)")
+                await reply.finish(reply.text, note=STOPPED)
             else:
                 await reply.finish(reply.text, note=f"⚠ {err}")
                 self.navi.report(err, "The reply")
@@ -201,7 +207,7 @@ class ChatScreen(SessionActions, NaviScreen):
                 result.get("reply", ""),
                 user_message_id=result.get("user_message_id"),
                 injected=result.get("injected"),
-                note="(stopped)" if result.get("cancelled") else None,
+                note=reply_note(result),
             )
         finally:
             self.reply = None
@@ -240,6 +246,27 @@ class ChatScreen(SessionActions, NaviScreen):
     def action_used(self) -> None:
         if (last := self._last_reply()) is not None:
             last.action_used()
+
+    @work(exclusive=True, group="rate", exit_on_error=False)
+    async def action_rate_reply(self) -> None:
+        from navi_desktop.tui.chat.rate import RateScreen, rated_note
+
+        last = self._last_reply()
+        if last is None or self.reply is not None or self.session_id is None:
+            return
+        answer = await self.app.push_screen_wait(RateScreen())
+        if answer is None or last is not self._last_reply():
+            return
+        rating, note = answer
+        params = {"session_id": self.session_id, "rating": rating, "note": note}
+        try:
+            result = await self.navi.link.call("chat.rate", params)
+        except Exception as err:
+            self.navi.report(err, "Rating the reply")
+            return
+        await last.show_rating(rated_note(result))
+        if rating == "down" and not result.get("incognito"):
+            self.notify("The memories it used are flagged for review in Memory (F3).")
 
     @on(MessageView.UsedRequested)
     def _show_used(self, event: MessageView.UsedRequested) -> None:
@@ -295,6 +322,7 @@ class ChatScreen(SessionActions, NaviScreen):
         self.session_id = session_id
         self.sessions.current = session_id
         await self._show_messages(shown.get("messages", []))
+        await self._show_ratings(session_id)
         self._show_title()
         self.refresh_bindings()
         self.query_one(Prompt).focus()
@@ -307,6 +335,20 @@ class ChatScreen(SessionActions, NaviScreen):
             return
         if self.session_id == session_id and self.reply is None:
             await self._show_messages(shown.get("messages", []))
+            await self._show_ratings(session_id)
+
+    async def _show_ratings(self, session_id: str) -> None:
+        """Mark the rated replies of a session just shown."""
+        from navi_desktop.tui.chat.rate import rated_note
+
+        try:
+            found = await self.navi.link.call("chat.ratings", {"session_id": session_id})
+        except Exception:  # the transcript is shown; its ratings are a detail
+            return
+        by_turn = {r["turn_id"]: r for r in found.get("ratings", []) if r.get("turn_id")}
+        for view in self._views():
+            if view.role == "assistant" and (rating := by_turn.get(view.user_message_id)):
+                await view.show_rating(rated_note(rating))
 
     async def _show_messages(self, messages: list[dict[str, Any]]) -> None:
         views: list[MessageView] = []
@@ -316,13 +358,12 @@ class ChatScreen(SessionActions, NaviScreen):
                 user_id = m["id"]
                 views.append(MessageView("user", m["content"]))
             elif m["role"] == "assistant" and m["content"]:
-                cancelled = (m.get("meta") or {}).get("cancelled")
                 views.append(
                     MessageView(
                         "assistant",
                         m["content"],
                         user_message_id=user_id,
-                        note="(stopped)" if cancelled else None,
+                        note=reply_note(m.get("meta") or {}),
                     )
                 )
         await self.transcript.remove_children()
@@ -354,30 +395,6 @@ class ChatScreen(SessionActions, NaviScreen):
 
     def _listed(self, session_id: str) -> bool:
         return any(s["id"] == session_id for s in self.sessions.sessions)
-
-    @work(group="end", exit_on_error=False)
-    async def _end(self, session_id: str, quiet: bool = False) -> None:
-        """Learn from a session now (the same path as the inactivity timeout)."""
-        if not quiet:
-            self.notify("Learning from this session…")
-        try:
-            reports = await self.navi.link.call("sessions.end", {"id": session_id})
-        except Exception as err:
-            self.navi.report(err, "Ending the session")
-            return
-        for report in reports:
-            learned = report.get("learned") or {}
-            if report.get("status") == "pending":
-                self.notify(
-                    f"Not learned yet: {report.get('reason')}; Navi will retry.",
-                    severity="warning",
-                )
-            elif any(learned.values()) or not quiet:
-                self.notify(f"Session ended: {_learned_text(learned)}{_dropped_text(report)}")
-
-    def action_end_session(self) -> None:
-        if self.session_id is not None and not self.incognito:
-            self._end(self.session_id)
 
     # -- incognito -----------------------------------------------------------------------------
 
@@ -439,21 +456,3 @@ class ChatScreen(SessionActions, NaviScreen):
         self.session_id = None
         self.notify("Incognito off: this chat will be remembered")
         return True
-
-
-def _learned_text(learned: dict[str, list[int]]) -> str:
-    """ "2 memories learned, 1 to review" from a session report's ids by action."""
-    held = len(learned.get("held", []))
-    kept = sum(len(ids) for action, ids in learned.items() if action != "held")
-    text = f"{kept} {'memory' if kept == 1 else 'memories'} learned"
-    return f"{text}, {held} to review in Memory → Inbox" if held else text
-
-
-def _dropped_text(report: dict[str, Any]) -> str:
-    """ "; dropped 2 of 7: empty attribute; quote is the assistant's words" (reasons, once)."""
-    dropped = report.get("dropped") or []
-    if not dropped:
-        return ""
-    reasons = list(dict.fromkeys(d.rsplit(": ", 1)[-1] for d in dropped))
-    offered = max(report.get("offered") or 0, len(dropped))
-    return f"; dropped {len(dropped)} of {offered}: " + "; ".join(reasons[:3])

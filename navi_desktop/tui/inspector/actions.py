@@ -1,5 +1,6 @@
-"""What the user can do to the highlighted memory: forget, edit, pin, review the inbox (accept,
-edit then accept, reject), open the session it came from, and export the whole memory."""
+"""What the user can do to the highlighted memory: forget, edit, pin, confirm, set when it
+expires, review the inbox (accept, edit then accept, reject), open the session it came from,
+and export the whole memory."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from textual import work
 
+from navi_desktop.errors import InvalidInput
+from navi_desktop.expiry import describe as describe_expiry
+from navi_desktop.expiry import parse_expires
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed, forget_body
 from navi_desktop.tui.export import export_to
 from navi_desktop.tui.inspector.lists import clip
@@ -17,7 +21,17 @@ if TYPE_CHECKING:
     from navi_desktop.tui.inspector.data import Memory, Tab
 
 # Actions that need a highlighted memory, and those that only apply to a held candidate.
-ON_MEMORY = {"forget", "edit", "pin", "accept", "edit_accept", "reject", "open_session"}
+ON_MEMORY = {
+    "forget",
+    "edit",
+    "pin",
+    "confirm",
+    "expires",
+    "accept",
+    "edit_accept",
+    "reject",
+    "open_session",
+}
 ON_CANDIDATE = {"accept", "edit_accept", "reject"}
 PINNABLE = ("active", "held", "archived")
 
@@ -58,6 +72,8 @@ class MemoryActions:
         allowed = {
             "edit": status != "superseded",  # the daemon edits only the current version
             "pin": status in PINNABLE,
+            "confirm": memory.get("kind") == "fact" and status == "active",
+            "expires": memory.get("kind") == "fact" and status != "superseded",
             "open_session": bool(memory.get("session_id")),
         }.get(action, action not in ON_CANDIDATE or status == "held")
         return True if allowed else None
@@ -154,6 +170,45 @@ class MemoryActions:
         self.notify("Pinned: it never fades" if pinned else "Unpinned")
 
     @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_confirm(self) -> None:
+        memory = self.current
+        if memory is None:
+            return
+        try:
+            updated = await self.navi.link.memory("confirm", memory["id"])
+        except Exception as err:
+            self.navi.report(err, "Confirming")
+            return
+        self.replace_locally(updated)
+        self.notify("Confirmed as still true: pinned, and fully trusted")
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
+    async def action_expires(self) -> None:
+        """Ask when the fact stops being true (7d, 2w, a date, or never) and save it."""
+        memory = self.current
+        if memory is None:
+            return
+        current = memory.get("expires_at")
+        now = f"now {describe_expiry(current)}" if current else "now never"
+        answer = await self.app.push_screen_wait(
+            TextScreen(
+                f"When does it stop being true? ({now})",
+                placeholder="7d, 2w, 2025-06-30, or never",
+                check=_expiry_problem,
+            )
+        )
+        if answer is None:
+            return
+        try:
+            expires = parse_expires(answer, "the expiry")
+            updated = await self.navi.link.memory("edit", memory["id"], expires_at=expires)
+        except Exception as err:
+            self.navi.report(err, "Setting the expiry")
+            return
+        self.replace_locally(updated)
+        self.notify(f"Expires {describe_expiry(expires)}" if expires else "It never expires now")
+
+    @work(exclusive=True, group="inspector-action", exit_on_error=False)
     async def action_accept(self) -> None:
         memory = self.current
         if memory is not None:
@@ -198,3 +253,12 @@ class MemoryActions:
             return
         if path is not None:
             self.notify(f"Memory exported to {path}", title="Export", timeout=10)
+
+
+def _expiry_problem(text: str) -> str | None:
+    """What is wrong with a typed expiry (shown in the dialog), or None."""
+    try:
+        parse_expires(text, "the expiry")
+    except InvalidInput as err:
+        return str(err)
+    return None

@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from navi_desktop.expiry import describe, is_expired, local_time
 from navi_desktop.tui.inspector.data import Memory
 from navi_desktop.tui.timefmt import ago
 
@@ -41,6 +42,7 @@ ACTORS = {
     "system": "Navi",
     "forget": "forgetting",
     "import": "an import",
+    "assistant": "Navi, in a chat",
 }
 SOURCES = {
     "user_explicit": "told by you",
@@ -65,6 +67,8 @@ def change(entry: dict[str, Any]) -> str:
         return f"{action}ned by {who}"
     if action == "accept":
         return f"accepted by {who} after review"
+    if action == "confirm":
+        return f"confirmed as still true by {who}"
     if action == "restore":
         return f"restored by {who}"
     if action == "archive":
@@ -81,17 +85,24 @@ def change(entry: dict[str, Any]) -> str:
     if action == "import":
         return "imported" + (f" (was #{new['from_id']})" if new.get("from_id") else "")
     if action in ("edit", "rewrite"):
-        parts = [
+        parts = [expiry_change(new.get("expires_at"))] if "expires_at" in new else []
+        parts += [
             f"{FIELD_NAMES.get(k, k)} changed from “{show_value(old.get(k))}” to "
             f"“{show_value(new.get(k))}”"
             for k in new
-            if old.get(k) != new.get(k)
+            if old.get(k) != new.get(k) and k != "expires_at"
         ]
         verb = "by you" if action == "edit" else "when something was forgotten"
         return "; ".join(parts) + f" ({verb})" if parts else f"edited by {who}"
     if action == "redact":
         return "text removed when something was forgotten"
     return f"{action} by {who}"
+
+
+def expiry_change(expires_at: str | None) -> str:
+    if not expires_at:
+        return "set to never expire"
+    return f"set to expire {local_time(expires_at)}"
 
 
 def earlier_value(history: list[dict[str, Any]] | None) -> str | None:
@@ -115,6 +126,11 @@ def facts_table(memory: Memory, history: list[dict[str, Any]] | None = None) -> 
     grid.add_row("Status", status)
     if memory.get("review_reason"):
         grid.add_row("To review", Text(memory["review_reason"], style="yellow"))
+    if flag := memory.get("flagged"):
+        count = flag["down_rated_replies"]
+        text = f"used in {count} {'reply' if count == 1 else 'replies'} you rated bad"
+        text += f" · “{flag['note']}”" if flag.get("note") else ""
+        grid.add_row("Flagged", Text(text + " · check it is still right", style="yellow"))
     if memory.get("evidence"):
         grid.add_row("Evidence", Text(f"“{memory['evidence']}”", style="italic"))
         if (earlier := earlier_value(history)) is not None:
@@ -131,6 +147,13 @@ def facts_table(memory: Memory, history: list[dict[str, Any]] | None = None) -> 
     if memory.get("superseded_by"):
         valid += f" · replaced by #{memory['superseded_by']}"
     grid.add_row("Valid", valid)
+    if memory.get("expires_at"):
+        expired = is_expired(memory["expires_at"])
+        text = describe(memory["expires_at"])
+        text += " · left out of search and the prompt" if expired else ""
+        grid.add_row("Expires", Text(text, style="red" if expired else ""))
+    if memory.get("last_verified_at"):
+        grid.add_row("Verified", f"{when(memory['last_verified_at'])} · confirmed as still true")
     grid.add_row("Last used", when(memory.get("last_used_at")))
     grid.add_row("Created", f"{when(memory['created_at'])} · updated {when(memory['updated_at'])}")
     return grid

@@ -1,5 +1,6 @@
 """The live memory inspector: facts by category, the review inbox, session summaries and
-rules, a hybrid search over them, and the highlighted memory in full.
+rules, a hybrid search over them, and the highlighted memory in full; and the entities those
+memories mention (entities.py), each with its aliases and memories, renamed or merged there.
 
 It stays current without polling: every ``memory.changed`` notice from the daemon reloads the
 visible tab, keeping the highlighted memory where it still exists.
@@ -19,10 +20,11 @@ from textual.widgets import Input, Label, OptionList, Select, Switch, TabbedCont
 from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.tui import timefmt
 from navi_desktop.tui.base import NaviScreen
-from navi_desktop.tui.inspector.actions import MemoryActions
+from navi_desktop.tui.inspector.actions import ON_MEMORY, MemoryActions
 from navi_desktop.tui.inspector.data import CATEGORIES, TAB_BY_ID, TABS, Memory, Query, Tab, fetch
 from navi_desktop.tui.inspector.data import counts as tab_counts
 from navi_desktop.tui.inspector.detail import DetailPane
+from navi_desktop.tui.inspector.entities import ENTITIES, EntityDetail, EntityList, fetch_entities
 from navi_desktop.tui.inspector.lists import MemoryList
 from navi_desktop.tui.status import Status
 from navi_desktop.tui.widgets.ordered import OrderedInput
@@ -38,15 +40,23 @@ class InspectorScreen(MemoryActions, NaviScreen):
     InspectorScreen #inactive-label { padding: 1 0 0 2; }
     InspectorScreen #panes { height: 1fr; }
     InspectorScreen #tabs { width: 3fr; }
-    InspectorScreen #detail { width: 2fr; }
+    InspectorScreen #detail, InspectorScreen #entity-detail { width: 2fr; }
+    InspectorScreen #entity-detail { display: none; }
+    InspectorScreen.-entities #detail { display: none; }
+    InspectorScreen.-entities #entity-detail { display: block; }
+    InspectorScreen.-entities #category, InspectorScreen.-entities #inactive,
+    InspectorScreen.-entities #inactive-label { display: none; }
     InspectorScreen TabPane { padding: 0; }
     """
-    # Session and export stay out of the footer (it is full): F1 and the palette list them.
+    # Confirm, expiry, session and export stay out of the footer (it is full): F1 and the
+    # palette list them.
     BINDINGS = [
         Binding("slash", "focus_search", "Search", id="navi.memory.search"),
         Binding("f", "forget", "Forget", id="navi.memory.forget"),
         Binding("e", "edit", "Edit", id="navi.memory.edit"),
         Binding("p", "pin", "Pin / unpin", id="navi.memory.pin"),
+        Binding("c", "confirm", "Confirm still true", id="navi.memory.confirm", show=False),
+        Binding("t", "expires", "Set expiry", id="navi.memory.expires", show=False),
         Binding("a", "accept", "Accept", id="navi.memory.accept"),
         Binding("E", "edit_accept", "Edit & accept", id="navi.memory.edit_accept"),
         Binding("x", "reject", "Reject", id="navi.memory.reject"),
@@ -58,6 +68,13 @@ class InspectorScreen(MemoryActions, NaviScreen):
                 str(n), f"tab({tab.id!r})", tab.title, id=f"navi.memory.tab.{tab.id}", show=False
             )
             for n, tab in enumerate(TABS, start=1)
+        ),
+        Binding(
+            str(len(TABS) + 1),
+            f"tab({ENTITIES!r})",
+            "Entities",
+            id="navi.memory.tab.entities",
+            show=False,
         ),
     ]
 
@@ -79,7 +96,10 @@ class InspectorScreen(MemoryActions, NaviScreen):
                 for tab in TABS:
                     with TabPane(tab.title, id=tab.id):
                         yield MemoryList(tab)
+                with TabPane("Entities", id=ENTITIES):
+                    yield EntityList()
             yield DetailPane(id="detail")
+            yield EntityDetail(id="entity-detail")
 
     def on_mount(self) -> None:
         self.query_one("#list-facts", MemoryList).focus()
@@ -90,20 +110,29 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if self.is_current:
             self.memory_list.retime()
             self.query_one(DetailPane).retime()
+            self.query_one(EntityDetail).retime()
 
     def action_focus_main(self) -> None:
-        self.memory_list.focus()
+        self.shown_list.focus()
 
     def action_tab(self, tab_id: str) -> None:
-        """1-4: the Facts, Inbox, Episodes and Rules tabs."""
+        """1-5: the Facts, Inbox, Episodes, Rules and Entities tabs."""
         self.query_one(TabbedContent).active = tab_id
-        self.memory_list.focus()
+        self.shown_list.focus()
 
     def on_screen_resume(self) -> None:
         if self.dirty:
             self.reload()
 
     # -- what is shown -------------------------------------------------------------------------
+
+    @property
+    def on_entities(self) -> bool:
+        return self.query_one(TabbedContent).active == ENTITIES
+
+    @property
+    def shown_list(self) -> OptionList:
+        return self.query_one(EntityList) if self.on_entities else self.memory_list
 
     @property
     def tab(self) -> Tab:
@@ -140,6 +169,9 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if not self.navi.link.connected:
             self.show_down()
             return
+        if self.on_entities:
+            await self.load_entities()
+            return
         try:
             page = await fetch(self.navi.link, tab, self.search_query())
         except Exception as err:
@@ -157,6 +189,27 @@ class InspectorScreen(MemoryActions, NaviScreen):
         memory_list.show(page.memories, note)
         self.show_detail()
 
+    async def load_entities(self) -> None:
+        entity_list = self.query_one(EntityList)
+        query = self.query_one("#search", Input).value
+        try:
+            entities, total = await fetch_entities(self.navi.link, query)
+        except Exception as err:
+            if not self.navi.link.connected:
+                self.show_down()
+                return
+            self.navi.report(err, "Loading entities")
+            entity_list.message(f"Could not load entities: {err}")
+            self.show_detail()
+            return
+        note = f"Showing {len(entities)} of {total}." if total > len(entities) else None
+        if not entities and query.strip():
+            note = "No entity has a name that contains this."
+        entity_list.show(entities, note)
+        if not query.strip():
+            self.query_one(TabbedContent).get_tab(ENTITIES).label = f"Entities ({total})"
+        self.show_detail()
+
     def _status(self, status: Status) -> None:
         """Tab labels count what the app's status counts: no second ``memory.stats`` call."""
         super()._status(status)
@@ -172,13 +225,18 @@ class InspectorScreen(MemoryActions, NaviScreen):
         text = f"No connection to the Navi daemon: {detail}\nMemory shows here when it is back."
         for memory_list in self.query(MemoryList):
             memory_list.message(text)
+        self.query_one(EntityList).message(text)
         self.query_one(DetailPane).message(text)
+        self.query_one(EntityDetail).message(text)
         self.refresh_bindings()
 
     @work(exclusive=True, group="inspector-detail", exit_on_error=False)
     async def show_detail(self) -> None:
         """The highlighted memory at once, then its history when the daemon sends it."""
         self.refresh_bindings()
+        if self.on_entities:
+            await self.show_entity()
+            return
         pane = self.query_one(DetailPane)
         memory = self.current
         if memory is None:
@@ -194,8 +252,29 @@ class InspectorScreen(MemoryActions, NaviScreen):
         except Exception as err:
             self.navi.report(err, "Reading the memory's history")
             history = []
+        try:  # memories that went into a badly rated reply are flagged for review
+            flagged = (await self.navi.link.call("feedback.flagged", {}))["memories"]
+        except Exception:  # a detail of the pane: the memory itself is shown
+            flagged = {}
+        if flag := flagged.get(str(memory["id"])):
+            memory = {**memory, "flagged": flag}
         pane.show(memory, history)
         self.history_of = memory["id"]
+
+    async def show_entity(self) -> None:
+        pane = self.query_one(EntityDetail)
+        entity = self.query_one(EntityList).current
+        if entity is None:
+            pane.message("Nothing selected." if self.navi.link.connected else "")
+            return
+        try:
+            profile = await self.navi.link.memory("entity", entity["name"])
+        except RemoteNotFound:  # merged or forgotten meanwhile: the reload that follows shows it
+            return
+        except Exception as err:
+            self.navi.report(err, "Reading the entity")
+            return
+        pane.show(profile)
 
     def forget_locally(self, ids: list[int]) -> None:
         """Forgotten memories leave every tab and the detail pane at once."""
@@ -221,6 +300,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self) -> None:
+        self.set_class(self.on_entities, "-entities")
         self.load()
 
     @on(OptionList.OptionHighlighted)
@@ -233,7 +313,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
 
     @on(Input.Submitted, "#search")
     def _search_done(self) -> None:
-        self.memory_list.focus()
+        self.shown_list.focus()
 
     @on(Select.Changed, "#category")
     @on(Switch.Changed, "#inactive")
@@ -241,4 +321,6 @@ class InspectorScreen(MemoryActions, NaviScreen):
         self.load()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ON_MEMORY and self.on_entities:  # the list's own keys act on entities
+            return False
         return self.can(action)

@@ -46,6 +46,7 @@ SECTIONS: tuple[tuple[str, tuple[Field, ...]], ...] = (
             Field("ollama.chat_model", "Chat model", MODEL),
             Field("ollama.embedding_model", "Embedding model", MODEL),
             Field("ollama.timeout_s", "Timeout (seconds)", NUMBER),
+            Field("ollama.reply_max_tokens", "Reply limit (tokens)", INTEGER),
         ),
     ),
     (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from navi_desktop.tui.status import Status
+from navi_desktop.tui.status import Learning, Status
 
 
 class StatusLine(Static):
@@ -30,8 +30,9 @@ class StatusLine(Static):
 
 def render_status(s: Status, width: int = 1000) -> Text:
     """The status as it fits ``width``: the details go first (the host, then words, then a
-    daemon that answers), the profile and incognito stay."""
-    for short in range(4):
+    daemon that answers, then the words of a session end's progress), the profile and
+    incognito stay."""
+    for short in range(5):
         text = Text(" │ ").join(_parts(s, short))
         if text.cell_len <= width - 2:  # the line's padding
             break
@@ -59,12 +60,31 @@ def _parts(s: Status, short: int) -> list[Text]:
         held = (f" (+{s.held})" if short > 1 else f" ({s.held} to review)") if s.held else ""
         noun = "memory" if s.memories == 1 else "memories"
         parts.append(Text(f"{s.memories} {noun}{held}"))
+    if s.learning:
+        parts.append(Text(_learning(s.learning, short), style="cyan"))
     if s.pending:
         why = f": {s.last_failure}" if s.last_failure and not short else ""
         parts.append(Text(f"{s.pending} pending{why}", style="yellow"))
     if s.profile:
         parts.append(Text(f"profile {s.profile}"))
     return parts
+
+
+def _learning(ends: tuple[Learning, ...], short: int) -> str:
+    """ "learning from a session: part 2 of 5" (the first of the ends under way), shorter as
+    room runs out: "learning: part 2 of 5", then "learning 2/5"."""
+    first = ends[0]
+    if short >= 2:
+        if not first.parts:
+            return "learning…"
+        if short >= 4:
+            return f"learning {first.part}/{first.parts}"
+        return f"learning: part {first.part} of {first.parts}"
+    what = "a session" if len(ends) == 1 else f"{len(ends)} sessions"
+    if not first.parts:
+        return f"learning from {what}…"
+    text = f"learning from {what}: part {first.part} of {first.parts}"
+    return text + (", waiting while you chat" if first.waiting and not short else "")
 
 
 class Banner(Static):
