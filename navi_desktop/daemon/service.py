@@ -7,25 +7,25 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon import feedback_api, memory_api, memory_params, ollama_api, profiles
 from navi_desktop.daemon import method_params as mp
 from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
-from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
+from navi_desktop.daemon.chat import TurnResult
+from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
-from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.daemon.session_methods import SessionMethods
+from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths, check_profile_name
-from navi_desktop.pipeline.context import ContextSettings
 from navi_desktop.pipeline.forgetting import after_forget, finish_scrubs, scrub_logs
-from navi_desktop.pipeline.incognito import IncognitoSession, memory_to_read
+from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
 PROGRESS_EVERY_S = 1.0  # session-end progress notifications, at most this often
 
 
-class Service:
+class Service(ChatMethods, SessionMethods):
     def __init__(self, paths: Paths, settings: Settings, broadcast: Broadcast) -> None:
         self.paths = paths
         self.settings = settings
@@ -369,252 +369,3 @@ class Service:
             "profile_errors": self.profile_errors.to_dict(),
             "config_errors": self.config_errors,
         }
-
-    def incognito_session(self, session_id: str) -> IncognitoSession | None:
-        return self._incognito.get(session_id)
-
-    def _new_incognito(self) -> IncognitoSession:
-        session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
-        self._incognito[session.id] = session
-        return session
-
-    def _turn_args(self, peer: Any) -> dict[str, Any]:
-        """What every turn is given: the backend, the model, the memory budget, the caller."""
-        return {
-            "backend": self.backend(),
-            "model": self.settings.ollama.chat_model,
-            "emit": peer.notify,
-            "context": ContextSettings(budget_tokens=self.settings.memory.budget_tokens),
-            "reply_tokens": self.settings.ollama.reply_max_tokens,
-        }
-
-    @takes(mp.ChatSend)
-    async def chat_send(self, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
-        text = params.text
-        profile = self.profile(params.profile)
-        session_id = params.session_id
-        if params.incognito or session_id in self._incognito:
-            session = self._incognito.get(session_id) if session_id else None
-            if session is None:
-                session = self._new_incognito()
-            path = self.paths.profile_db(profile)
-            store = await memory_to_read(session, path, partial(self.store, profile))
-            turn = run_incognito_turn(
-                session=session, store=store, text=text, **self._turn_args(peer)
-            )
-            return await self._incognito_turn(session.id, turn)
-
-        store = await self.store(profile)
-        if session_id is None:
-            session_id = (await store.create_session()).id
-            for older in await store.sessions_to_process(include_open=True):
-                if older.id != session_id:  # a new session ends the ones left unprocessed
-                    self._spawn(self.end(profile, older.id, "new session"))
-        else:
-            await store.get_session(session_id)
-        turn = partial(run_turn, text=text)
-        return await self._stored_turn(profile, store, session_id, peer, turn)
-
-    @takes(mp.ChatSession)
-    async def chat_regenerate(self, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
-        """Answer the session's last user message again, replacing the last reply."""
-        session_id = params.session_id
-        if (session := self._incognito.get(session_id)) is not None:
-            profile = self.profile(params.profile)
-            path = self.paths.profile_db(profile)
-            store = await memory_to_read(session, path, partial(self.store, profile))
-            args = self._turn_args(peer)
-
-            async def incognito_turn() -> TurnResult:
-                # Dropped inside the turn: a refused call (already answering) changes nothing.
-                before = list(session.history)
-                text = session.drop_last_turn()
-                try:
-                    return await run_incognito_turn(session=session, store=store, text=text, **args)
-                except BaseException:
-                    session.history[:] = before  # a failed answer leaves the old turn in place
-                    raise
-
-            return await self._incognito_turn(session_id, incognito_turn())
-
-        profile = self.profile(params.profile)
-        store = await self.store(profile)
-        await store.get_session(session_id)
-
-        async def turn(**args: Any) -> TurnResult:
-            user = await store.drop_last_reply(session_id)
-            return await run_turn(text=user.content, reuse_user=user, **args)
-
-        return await self._stored_turn(profile, store, session_id, peer, turn)
-
-    async def _incognito_turn(
-        self, session_id: str, turn: Coroutine[Any, Any, TurnResult]
-    ) -> dict[str, Any]:
-        result = await self._run(session_id, turn)
-        return result.to_dict() | {"incognito": True}
-
-    async def _stored_turn(
-        self,
-        profile: str,
-        store: MemoryStore,
-        session_id: str,
-        peer: Any,
-        turn: Callable[..., Coroutine[Any, Any, TurnResult]],
-    ) -> dict[str, Any]:
-        """Run ``turn`` (``run_turn`` less its text) in a stored session, then restart the
-        session's inactivity timer and tell subscribers what changed."""
-        args = self._turn_args(peer)
-        use_tools = await self._supports_tools(args["model"])
-        try:
-            result = await self._run(
-                session_id, turn(store=store, session_id=session_id, use_tools=use_tools, **args)
-            )
-        finally:
-            self._touch(profile, session_id)
-        if result.memory_changed:
-            await self.broadcast(
-                "memory", "memory.changed", {"profile": profile, "ids": result.memory_changed}
-            )
-        await self.broadcast(
-            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
-        )
-        return result.to_dict() | {"incognito": False}
-
-    async def _supports_tools(self, model: str) -> bool:
-        try:
-            return await self.backend().supports_tools(model)
-        except Exception:  # the chat call itself reports what is wrong with the server
-            return False
-
-    async def _run(self, session_id: str, turn: Coroutine[Any, Any, TurnResult]) -> TurnResult:
-        """Run one turn as the session's only one (``chat.cancel`` cancels it)."""
-        if session_id in self._turns:
-            turn.close()  # never started: close it rather than leave it un-awaited
-            raise InvalidInput(f"session {session_id} is already answering; cancel it first")
-        task = asyncio.ensure_future(turn)
-        self._turns[session_id] = task
-        try:
-            with self.gate.turn():  # a session end's model request stands aside meanwhile
-                return await task
-        finally:
-            self._turns.pop(session_id, None)
-
-    @takes(mp.ChatSession)
-    async def chat_cancel(self, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
-        task = self._turns.get(params.session_id)
-        if task is None:
-            return {"cancelled": False}
-        task.cancel()
-        return {"cancelled": True}
-
-    @takes(mp.SessionsCreate)
-    async def sessions_create(self, params: mp.SessionsCreate, peer: Any) -> dict[str, Any]:
-        if params.incognito:
-            return {"id": self._new_incognito().id, "incognito": True}
-        store = await self.store(self.profile(params.profile))
-        created = await store.create_session((params.title or "").strip() or None)
-        return created.to_dict() | {"incognito": False}
-
-    @takes(mp.SessionsList)
-    async def sessions_list(self, params: mp.SessionsList, peer: Any) -> list[dict[str, Any]]:
-        store = await self.store(self.profile(params.profile))
-        return [s.to_dict() for s in await store.list_sessions(limit=params.limit)]
-
-    @takes(mp.SessionById)
-    async def sessions_show(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
-        session_id = params.id
-        session = await store.get_session(session_id)
-        return session.to_dict() | {
-            "messages": [m.to_dict() for m in await store.messages(session_id)]
-        }
-
-    @takes(mp.SessionsRename)
-    async def sessions_rename(self, params: mp.SessionsRename, peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
-        renamed = await store.rename_session(params.id, params.title)
-        return renamed.to_dict()
-
-    @takes(mp.SessionById)
-    async def sessions_delete(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
-        session_id = params.id
-        if self._incognito.pop(session_id, None) is not None:
-            return {"deleted": session_id, "messages": 0}
-        profile = self.profile(params.profile)
-        if (timer := self._timers.pop((profile, session_id), None)) is not None:
-            timer.cancel()
-        count = await (await self.store(profile)).delete_session(session_id)
-        return {"deleted": session_id, "messages": count}
-
-    @takes(mp.SessionById)
-    async def sessions_export(self, params: mp.SessionById, peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
-        return {"markdown": await store.export_session(params.id)}
-
-    @takes(mp.SessionsKeep)
-    async def sessions_keep(self, params: mp.SessionsKeep, peer: Any) -> dict[str, Any]:
-        """Turn an incognito session into a stored one: from now on it is a normal session
-        (saved, ended after inactivity, learned from)."""
-        session_id = params.id
-        incognito = self._incognito.get(session_id)
-        if incognito is None:
-            raise NotFound(f"no incognito session with id {session_id!r}")
-        if session_id in self._turns:
-            raise InvalidInput(f"session {session_id} is answering; wait or cancel it first")
-        title = (params.title or "").strip() or "Kept from incognito"
-        profile = self.profile(params.profile)
-        # Out of the map before the first await: a message sent meanwhile cannot land in it.
-        self._incognito.pop(session_id)
-        try:
-            store = await self.store(profile)
-            created = await store.create_session(title)
-            saved = 0
-            for message in incognito.history:
-                if message["role"] in ("user", "assistant") and message["content"]:
-                    # An empty reply is a cancelled one; chat.send does not store those either.
-                    await store.save_message(created.id, message["role"], message["content"])
-                    saved += 1
-        except BaseException:
-            self._incognito[session_id] = incognito  # not kept: still incognito, nothing lost
-            raise
-        self._touch(profile, created.id)
-        await self.broadcast(
-            "sessions", "session.updated", {"profile": profile, "session_id": created.id}
-        )
-        kept = await store.get_session(created.id)
-        return kept.to_dict() | {"incognito": False, "messages": saved}
-
-    @takes(mp.SessionsEnd)
-    async def sessions_end(self, params: mp.SessionsEnd, peer: Any) -> list[dict[str, Any]]:
-        """End one session (``id``) or every unprocessed one (``all``) now."""
-        profile = self.profile(params.profile)
-        store = await self.store(profile)
-        if params.all or params.id is None:
-            for sid in list(self._incognito):
-                self._incognito.pop(sid).discard()
-            ids = [s.id for s in await store.sessions_to_process(include_open=True)]
-        else:
-            session_id = params.id
-            if session_id in self._incognito:
-                self._incognito.pop(session_id).discard()
-                return [{"session_id": session_id, "status": "discarded"}]
-            await store.get_session(session_id)
-            ids = [session_id]
-        reports = [await self.end(profile, sid, "explicit") for sid in ids]
-        return [_report(r) for r in reports]
-
-
-def _report(r: EndReport) -> dict[str, Any]:
-    return {
-        "session_id": r.session_id,
-        "status": r.status,
-        "reason": r.reason,
-        "learned": r.learned,
-        "dropped": r.dropped,
-        "offered": r.offered,
-        "notes": r.notes,
-        "chunks": r.chunks,
-        "llm_calls": r.llm_calls,
-        "summary_id": r.summary_id,
-        "profile_updated": r.profile_updated,
-    }

@@ -20,13 +20,14 @@ from navi_desktop.tui.chat.actions import SessionActions
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.notices import STOPPED, reply_note
 from navi_desktop.tui.chat.prompt import Prompt
+from navi_desktop.tui.chat.rate import RatingActions
 from navi_desktop.tui.chat.sessions import SessionsPane, short
 from navi_desktop.tui.dialogs import ChoiceScreen
 
 NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
 
 
-class ChatScreen(SessionActions, NaviScreen):
+class ChatScreen(RatingActions, SessionActions, NaviScreen):
     DEFAULT_CSS = """
     ChatScreen #main { height: 1fr; }
     ChatScreen #chat { width: 1fr; }
@@ -247,27 +248,6 @@ class ChatScreen(SessionActions, NaviScreen):
         if (last := self._last_reply()) is not None:
             last.action_used()
 
-    @work(exclusive=True, group="rate", exit_on_error=False)
-    async def action_rate_reply(self) -> None:
-        from navi_desktop.tui.chat.rate import RateScreen, rated_note
-
-        last = self._last_reply()
-        if last is None or self.reply is not None or self.session_id is None:
-            return
-        answer = await self.app.push_screen_wait(RateScreen())
-        if answer is None or last is not self._last_reply():
-            return
-        rating, note = answer
-        params = {"session_id": self.session_id, "rating": rating, "note": note}
-        try:
-            result = await self.navi.link.call("chat.rate", params)
-        except Exception as err:
-            self.navi.report(err, "Rating the reply")
-            return
-        await last.show_rating(rated_note(result))
-        if rating == "down" and not result.get("incognito"):
-            self.notify("The memories it used are flagged for review in Memory (F3).")
-
     @on(MessageView.UsedRequested)
     def _show_used(self, event: MessageView.UsedRequested) -> None:
         if event.view.user_message_id is not None:
@@ -336,19 +316,6 @@ class ChatScreen(SessionActions, NaviScreen):
         if self.session_id == session_id and self.reply is None:
             await self._show_messages(shown.get("messages", []))
             await self._show_ratings(session_id)
-
-    async def _show_ratings(self, session_id: str) -> None:
-        """Mark the rated replies of a session just shown."""
-        from navi_desktop.tui.chat.rate import rated_note
-
-        try:
-            found = await self.navi.link.call("chat.ratings", {"session_id": session_id})
-        except Exception:  # the transcript is shown; its ratings are a detail
-            return
-        by_turn = {r["turn_id"]: r for r in found.get("ratings", []) if r.get("turn_id")}
-        for view in self._views():
-            if view.role == "assistant" and (rating := by_turn.get(view.user_message_id)):
-                await view.show_rating(rated_note(rating))
 
     async def _show_messages(self, messages: list[dict[str, Any]]) -> None:
         views: list[MessageView] = []

@@ -1,0 +1,161 @@
+"""The daemon's ``chat.*`` methods, mixed into :class:`~navi_desktop.daemon.service.Service`:
+a turn in a stored or an incognito session, one at a time per session, regenerate, cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.daemon import method_params as mp
+from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
+from navi_desktop.daemon.params import takes
+from navi_desktop.errors import InvalidInput
+from navi_desktop.pipeline.context import ContextSettings
+from navi_desktop.pipeline.incognito import IncognitoSession, memory_to_read
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.service import Service
+    from navi_desktop.memory.store import MemoryStore
+
+
+class ChatMethods:
+    def incognito_session(self: Service, session_id: str) -> IncognitoSession | None:
+        return self._incognito.get(session_id)
+
+    def _new_incognito(self: Service) -> IncognitoSession:
+        session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
+        self._incognito[session.id] = session
+        return session
+
+    def _turn_args(self: Service, peer: Any) -> dict[str, Any]:
+        """What every turn is given: the backend, the model, the memory budget, the caller."""
+        return {
+            "backend": self.backend(),
+            "model": self.settings.ollama.chat_model,
+            "emit": peer.notify,
+            "context": ContextSettings(budget_tokens=self.settings.memory.budget_tokens),
+            "reply_tokens": self.settings.ollama.reply_max_tokens,
+        }
+
+    @takes(mp.ChatSend)
+    async def chat_send(self: Service, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
+        text = params.text
+        profile = self.profile(params.profile)
+        session_id = params.session_id
+        if params.incognito or session_id in self._incognito:
+            session = self._incognito.get(session_id) if session_id else None
+            if session is None:
+                session = self._new_incognito()
+            path = self.paths.profile_db(profile)
+            store = await memory_to_read(session, path, partial(self.store, profile))
+            turn = run_incognito_turn(
+                session=session, store=store, text=text, **self._turn_args(peer)
+            )
+            return await self._incognito_turn(session.id, turn)
+
+        store = await self.store(profile)
+        if session_id is None:
+            session_id = (await store.create_session()).id
+            for older in await store.sessions_to_process(include_open=True):
+                if older.id != session_id:  # a new session ends the ones left unprocessed
+                    self._spawn(self.end(profile, older.id, "new session"))
+        else:
+            await store.get_session(session_id)
+        turn = partial(run_turn, text=text)
+        return await self._stored_turn(profile, store, session_id, peer, turn)
+
+    @takes(mp.ChatSession)
+    async def chat_regenerate(self: Service, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
+        """Answer the session's last user message again, replacing the last reply."""
+        session_id = params.session_id
+        if (session := self._incognito.get(session_id)) is not None:
+            profile = self.profile(params.profile)
+            path = self.paths.profile_db(profile)
+            store = await memory_to_read(session, path, partial(self.store, profile))
+            args = self._turn_args(peer)
+
+            async def incognito_turn() -> TurnResult:
+                # Dropped inside the turn: a refused call (already answering) changes nothing.
+                before = list(session.history)
+                text = session.drop_last_turn()
+                try:
+                    return await run_incognito_turn(session=session, store=store, text=text, **args)
+                except BaseException:
+                    session.history[:] = before  # a failed answer leaves the old turn in place
+                    raise
+
+            return await self._incognito_turn(session_id, incognito_turn())
+
+        profile = self.profile(params.profile)
+        store = await self.store(profile)
+        await store.get_session(session_id)
+
+        async def turn(**args: Any) -> TurnResult:
+            user = await store.drop_last_reply(session_id)
+            return await run_turn(text=user.content, reuse_user=user, **args)
+
+        return await self._stored_turn(profile, store, session_id, peer, turn)
+
+    async def _incognito_turn(
+        self, session_id: str, turn: Coroutine[Any, Any, TurnResult]
+    ) -> dict[str, Any]:
+        result = await self._run(session_id, turn)
+        return result.to_dict() | {"incognito": True}
+
+    async def _stored_turn(
+        self,
+        profile: str,
+        store: MemoryStore,
+        session_id: str,
+        peer: Any,
+        turn: Callable[..., Coroutine[Any, Any, TurnResult]],
+    ) -> dict[str, Any]:
+        """Run ``turn`` (``run_turn`` less its text) in a stored session, then restart the
+        session's inactivity timer and tell subscribers what changed."""
+        args = self._turn_args(peer)
+        use_tools = await self._supports_tools(args["model"])
+        try:
+            result = await self._run(
+                session_id, turn(store=store, session_id=session_id, use_tools=use_tools, **args)
+            )
+        finally:
+            self._touch(profile, session_id)
+        if result.memory_changed:
+            await self.broadcast(
+                "memory", "memory.changed", {"profile": profile, "ids": result.memory_changed}
+            )
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
+        )
+        return result.to_dict() | {"incognito": False}
+
+    async def _supports_tools(self: Service, model: str) -> bool:
+        try:
+            return await self.backend().supports_tools(model)
+        except Exception:  # the chat call itself reports what is wrong with the server
+            return False
+
+    async def _run(
+        self: Service, session_id: str, turn: Coroutine[Any, Any, TurnResult]
+    ) -> TurnResult:
+        """Run one turn as the session's only one (``chat.cancel`` cancels it)."""
+        if session_id in self._turns:
+            turn.close()  # never started: close it rather than leave it un-awaited
+            raise InvalidInput(f"session {session_id} is already answering; cancel it first")
+        task = asyncio.ensure_future(turn)
+        self._turns[session_id] = task
+        try:
+            with self.gate.turn():  # a session end's model request stands aside meanwhile
+                return await task
+        finally:
+            self._turns.pop(session_id, None)
+
+    @takes(mp.ChatSession)
+    async def chat_cancel(self: Service, params: mp.ChatSession, peer: Any) -> dict[str, Any]:
+        task = self._turns.get(params.session_id)
+        if task is None:
+            return {"cancelled": False}
+        task.cancel()
+        return {"cancelled": True}
