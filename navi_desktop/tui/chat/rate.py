@@ -91,7 +91,10 @@ class RatingActions:
             return
         await last.show_rating(rated_note(result))
         if rating == "down" and not result.get("incognito"):
-            self.notify("The memories it used are flagged for review in Memory (F3).")
+            if last.injected == 0:
+                self.notify("It used no memory, so nothing is flagged.")
+            else:
+                self.notify("The memories it used are flagged for review in Memory (F3).")
 
     async def _show_ratings(self: ChatScreen, session_id: str) -> None:
         """Mark the rated replies of a session just shown."""

@@ -32,6 +32,9 @@ from navi_desktop.tui.widgets.ordered import OrderedInput
 SEARCH_DELAY_S = 0.2  # wait for a pause in typing before asking the daemon
 
 
+COUNTED_TABS_WIDTH = 100  # narrower: tab titles without their counts
+
+
 class InspectorScreen(MemoryActions, NaviScreen):
     DEFAULT_CSS = """
     InspectorScreen #filters { height: 3; }
@@ -82,6 +85,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
         super().__init__()
         self.dirty = True  # a change came while another screen was on top: reload on return
         self.history_of: int | None = None  # the memory whose history the detail pane shows
+        self._counts: dict[str, int] = {}  # each tab's count, for its label
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="filters"):
@@ -207,7 +211,8 @@ class InspectorScreen(MemoryActions, NaviScreen):
             note = "No entity has a name that contains this."
         entity_list.show(entities, note)
         if not query.strip():
-            self.query_one(TabbedContent).get_tab(ENTITIES).label = f"Entities ({total})"
+            self._counts[ENTITIES] = total
+            self._label_tabs()
         self.show_detail()
 
     def _status(self, status: Status) -> None:
@@ -215,10 +220,22 @@ class InspectorScreen(MemoryActions, NaviScreen):
         super()._status(status)
         if status.counts is None:
             return
-        numbers = tab_counts(status)
+        self._counts.update(tab_counts(status))
+        self._label_tabs()
+
+    def _label_tabs(self) -> None:
+        """Titles with their counts; below ``COUNTED_TABS_WIDTH`` columns titles alone, so
+        that every tab fits beside the detail pane (the status line counts memories)."""
         tabs = self.query_one(TabbedContent)
-        for tab in TABS:
-            tabs.get_tab(tab.id).label = f"{tab.title} ({numbers[tab.id]})"
+        counted = self.size.width >= COUNTED_TABS_WIDTH
+        for tab_id, title in [*((t.id, t.title) for t in TABS), (ENTITIES, "Entities")]:
+            count = self._counts.get(tab_id)
+            tabs.get_tab(tab_id).label = (
+                f"{title} ({count})" if counted and count is not None else title
+            )
+
+    def on_resize(self) -> None:
+        self._label_tabs()
 
     def show_down(self) -> None:
         detail = self.navi.link.state.detail or "it is not connected yet"
