@@ -148,4 +148,4 @@ def _span(seconds: float) -> str:
         return f"{max(1, int(seconds // 60))} min"
     if seconds < 2 * 86400:
         return f"{int(seconds // 3600)} h"
-    return f"{int(seconds // 86400)} days"
+    return f"{round(seconds / 86400)} days"  # 2w less a second is 14 days, not 13

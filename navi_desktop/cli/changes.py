@@ -125,7 +125,11 @@ def cmd_edit(args: argparse.Namespace) -> int:
     if action == "corrected":
         print(f"Corrected: #{m.id} replaces #{args.id}: {one_line(_text(m))}")
     elif action == "edited":
-        expiry = f" (expires {m.expires_at})" if "expires_at" in changes and m.expires_at else ""
+        expiry = ""
+        if "expires_at" in changes and m.expires_at:
+            from navi_desktop.expiry import describe
+
+            expiry = f" (expires {describe(m.expires_at)})"
         print(f"Edited #{m.id}: {one_line(_text(m))}{expiry}")
     else:
         print(f"No change to #{m.id}.")

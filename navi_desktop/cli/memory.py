@@ -335,7 +335,10 @@ def cmd_add(args: argparse.Namespace) -> int:
     line = f"{verb.get(result.action, result.action)} #{m.id}: {one_line(_text(m))}"
     if result.replaced:
         line += f" (replaces #{result.replaced})"
-    line += f" [expires {m.expires_at}]" if m.expires_at else ""
+    if m.expires_at:
+        from navi_desktop.expiry import describe
+
+        line += f" [expires {describe(m.expires_at)}]"
     print(line + (" [pinned]" if m.pinned else ""))
     return 0
 
