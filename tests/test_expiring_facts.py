@@ -430,7 +430,7 @@ def test_cli_add_with_an_expiry_then_confirm_edit_and_show(cli):
     assert code == 0, err
     assert out.startswith("Confirmed #1: user location: Berlin [pinned, verified ")
     code, out, _ = cli("show", "1")
-    assert "  expires      in 6 days (" in out and "  verified     20" in out
+    assert "  expires      in 7 days (" in out and "  verified     20" in out
     assert "confirm" in out and "pinned: 0 -> 1" in out
 
     code, out, err = cli("edit", "1", "--expires", "never")

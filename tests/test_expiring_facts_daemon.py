@@ -202,7 +202,7 @@ async def test_set_and_clear_an_expiry_with_t(daemon: Daemon) -> None:
 
         field.value = "2w"
         await pilot.press("enter")
-        await until(pilot, lambda: "Expires in 13 days (" in " ".join(detail_plain(app).split()))
+        await until(pilot, lambda: "Expires in 14 days (" in " ".join(detail_plain(app).split()))
         left = parse_iso((await memory(daemon, tea["id"]))["expires_at"]) - datetime.now(UTC)
         assert timedelta(days=13, hours=23) < left <= timedelta(days=14)
         await until(pilot, lambda: "set to expire " in detail_plain(app))
