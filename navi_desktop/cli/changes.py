@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.cli.memory import _check, _json, _text, _with_store
 from navi_desktop.cli.output import emit_json, one_line
+from navi_desktop.cli.profile_access import check_choice, text_of, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -51,11 +51,11 @@ def cmd_pin(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.pin(args.id, not args.off)
 
-    m = _with_store(args, work, memory_id=args.id)
-    if _json(args):
+    m = with_store(args, work, memory_id=args.id)
+    if wants_json(args):
         emit_json({"memory": m.to_dict()})
     else:
-        print(f"{'Pinned' if m.pinned else 'Unpinned'} #{m.id}: {one_line(_text(m))}")
+        print(f"{'Pinned' if m.pinned else 'Unpinned'} #{m.id}: {one_line(text_of(m))}")
     return 0
 
 
@@ -63,11 +63,11 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.confirm(args.id)
 
-    m = _with_store(args, work, memory_id=args.id)
-    if _json(args):
+    m = with_store(args, work, memory_id=args.id)
+    if wants_json(args):
         emit_json({"memory": m.to_dict()})
     else:
-        print(f"Confirmed #{m.id}: {one_line(_text(m))} [pinned, verified {m.last_verified_at}]")
+        print(f"Confirmed #{m.id}: {one_line(text_of(m))} [pinned, verified {m.last_verified_at}]")
     return 0
 
 
@@ -102,7 +102,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
             "nothing to change: give --value, --category, --subject, --key, --evidence,"
             " --confidence, --expires or --correct"
         )
-    _check("category", changes.get("category"), CATEGORIES)
+    check_choice("category", changes.get("category"), CATEGORIES)
     if "value" in changes and not changes["value"].strip():
         raise InvalidInput("a memory needs a non-empty value")
     if "confidence" in changes and not 0 <= changes["confidence"] <= 1:
@@ -117,20 +117,20 @@ def cmd_edit(args: argparse.Namespace) -> int:
         after = await store.edit(args.id, **changes)
         return ("edited" if after != before else "unchanged"), after
 
-    action, m = _with_store(args, work, memory_id=args.id)
+    action, m = with_store(args, work, memory_id=args.id)
     replaced = args.id if action == "corrected" else None
-    if _json(args):
+    if wants_json(args):
         emit_json({"action": action, "memory": m.to_dict(), "replaced": replaced})
         return 0
     if action == "corrected":
-        print(f"Corrected: #{m.id} replaces #{args.id}: {one_line(_text(m))}")
+        print(f"Corrected: #{m.id} replaces #{args.id}: {one_line(text_of(m))}")
     elif action == "edited":
         expiry = ""
         if "expires_at" in changes and m.expires_at:
             from navi_desktop.expiry import describe
 
             expiry = f" (expires {describe(m.expires_at)})"
-        print(f"Edited #{m.id}: {one_line(_text(m))}{expiry}")
+        print(f"Edited #{m.id}: {one_line(text_of(m))}{expiry}")
     else:
         print(f"No change to #{m.id}.")
     return 0

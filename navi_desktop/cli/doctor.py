@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from navi_desktop.cli.output import emit_json, human_size, one_line
+from navi_desktop.cli.profile_access import profile_name, wants_json
 from navi_desktop.errors import InvalidInput
 
 Command = Callable[..., argparse.ArgumentParser]
@@ -53,14 +54,9 @@ def register(command: Command) -> None:
 
 
 def _db_path(args: argparse.Namespace) -> Path:
-    from navi_desktop.cli.memory import _profile
     from navi_desktop.paths import Paths
 
-    return Paths.from_env().profile_db(_profile(args))
-
-
-def _json(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "json", False))
+    return Paths.from_env().profile_db(profile_name(args))
 
 
 # -- doctor ------------------------------------------------------------------------------------
@@ -73,7 +69,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report = examine(path)
     if args.recover:
         return _recover(args, report)
-    if _json(args):
+    if wants_json(args):
         emit_json(report.to_dict())
         return 0 if report.ok else 1
     print(f"Checking {path}")
@@ -96,14 +92,14 @@ def _recover(args: argparse.Namespace, report: Any) -> int:
     from navi_desktop.memory.salvage import recover
 
     if not report.damaged:
-        if _json(args):
+        if wants_json(args):
             emit_json({"recovered": None, "report": report.to_dict()})
         else:
             print(f"{report.path} is not damaged: nothing to recover.", end=" ")
             print("Copy it with `navi memory backup` if you want one.")
         return 0 if report.ok else 1
     result = asyncio.run(recover(report.path))
-    if _json(args):
+    if wants_json(args):
         emit_json({"recovered": result.to_dict(), "report": report.to_dict()})
         return 0
     copied = ", ".join(f"{n} {table}" for table, n in result.copied.items() if n)
@@ -130,7 +126,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
         raise InvalidInput(f"no memory file at {path}: nothing to back up")
     target = Path(args.to).expanduser() if args.to else None
     result = make_backup(path, target)
-    if _json(args):
+    if wants_json(args):
         emit_json(result.to_dict())
     else:
         print(
@@ -165,7 +161,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             print("Nothing restored.")
             return 1
     result = asyncio.run(_restore(path, backup))
-    if _json(args):
+    if wants_json(args):
         emit_json(result)
         return 0
     print(f"Restored {result['path']} from {backup} ({result['memories']} memories).")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.cli.memory import _json, _text, _with_store
 from navi_desktop.cli.output import emit_json, one_line, safe, table, terminal_width, truncate
+from navi_desktop.cli.profile_access import text_of, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ def cmd_entity(args: argparse.Namespace) -> int:
             return "merged", await store.merge_entities(name, args.merge)
         return None, await store.entity(name, limit=args.limit)
 
-    action, profile = _with_store(args, work)
-    if _json(args):
+    action, profile = with_store(args, work)
+    if wants_json(args):
         emit_json({"action": action, "entity": profile.to_dict()} if action else profile.to_dict())
         return 0
     if action == "renamed":
@@ -102,7 +102,7 @@ def _profile_lines(profile: Any) -> list[str]:
         lines.append(f"{title} ({count}):")
         for m in items:
             head = f"  #{m.id}  "
-            lines.append(head + truncate(one_line(_text(m)), width - len(head)))
+            lines.append(head + truncate(one_line(text_of(m)), width - len(head)))
     if not profile.facts_total and not profile.episodes_total:
         lines.append("No current fact or summary names it (only messages).")
     return lines
@@ -121,8 +121,8 @@ def cmd_entities(args: argparse.Namespace) -> int:
             sort=args.sort, query=args.search, limit=args.limit, offset=args.offset
         )
 
-    entities, total = _with_store(args, work)
-    if _json(args):
+    entities, total = with_store(args, work)
+    if wants_json(args):
         emit_json(
             {
                 "total": total,

@@ -9,8 +9,8 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.cli.memory import _json, _with_store
 from navi_desktop.cli.output import emit_json, one_line, truncate
+from navi_desktop.cli.profile_access import wants_json, with_store
 from navi_desktop.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -106,19 +106,19 @@ def cmd_forget(args: argparse.Namespace) -> int:
             return preview, False
         return preview, await store.forget(args.id, scope=scope)
 
-    preview, report = _with_store(args, work, memory_id=args.id)
+    preview, report = with_store(args, work, memory_id=args.id)
     broad = preview.broad if scope == "everywhere" else None
     if report is None:  # not asked: --yes refused for a broad value, or no terminal
         if args.yes:
             raise _forget_error(args.id, broad, "not forgotten")
-        if _json(args):
+        if wants_json(args):
             emit_json({"preview": asdict(preview)})
         else:
             print("\n".join(_preview_lines(preview, scope)))
         raise _forget_error(
             args.id, broad, "forget asks for confirmation and stdin is not a terminal"
         )
-    if _json(args):
+    if wants_json(args):
         doc: dict[str, Any] = {
             "forgotten": report.forgotten if report else [],
             "redacted_messages": report.redacted_messages if report else 0,

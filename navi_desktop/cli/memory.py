@@ -8,13 +8,9 @@ The engine is imported inside the commands so that ``navi --help`` stays fast.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from navi_desktop.cli.main import CommandError
 from navi_desktop.cli.output import (
     emit_json,
     one_line,
@@ -23,15 +19,22 @@ from navi_desktop.cli.output import (
     terminal_width,
     truncate,
 )
-from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.cli.profile_access import (
+    check_choice,
+    flags,
+    key_label,
+    kind_label,
+    text_of,
+    wants_json,
+    with_store,
+)
+from navi_desktop.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from navi_desktop.memory import Memory, MemoryStore
-    from navi_desktop.memory.embedders import Embedder
+    from navi_desktop.memory import MemoryStore
 
 T = TypeVar("T")
 
-BACKFILL_PER_RUN = 64
 SORTS = ("updated", "created", "strength", "confidence", "id")
 
 
@@ -153,127 +156,6 @@ def register(commands: Any) -> None:
     entities.register(command)
 
 
-# -- shared helpers ----------------------------------------------------------------------------
-
-
-def _json(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "json", False))
-
-
-def _profile(args: argparse.Namespace) -> str:
-    """--profile, else ``[memory] profile`` in config.toml, else the OS user name."""
-    from navi_desktop.paths import Paths, check_profile_name
-
-    name = getattr(args, "profile", None)
-    if name is None:
-        from navi_desktop.cli.config_check import settings
-
-        name = settings(Paths.from_env()).memory.effective_profile()
-    return check_profile_name(name)
-
-
-def _check(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
-    """Reject a bad choice before the profile file is opened (or created)."""
-    if value is not None and value not in allowed:
-        raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-async def _running_daemon(paths: Any) -> Any:
-    """A client of the daemon, started when none answers; None when NAVI_DAEMON=off (scripts
-    and tests that must not leave a background process), or when it cannot start (then the
-    command works on the file directly, which SQLite's locking makes safe)."""
-    from navi_desktop.daemon.main import connect
-
-    if os.environ.get("NAVI_DAEMON", "on") == "off":
-        return None
-    try:
-        return await connect(paths, timeout=2.0)
-    except NaviError as exc:
-        print(f"navi: {exc}; using the memory file directly", file=sys.stderr)
-        return None
-
-
-def _embedder() -> Embedder | None:
-    """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
-    from navi_desktop.memory.embedders import embedder_by_name
-
-    choice = os.environ.get("NAVI_EMBEDDER", "auto")
-    if choice not in ("auto", "local", "none"):
-        raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
-    return embedder_by_name(choice)
-
-
-def _with_store(
-    args: argparse.Namespace,
-    work: Callable[[MemoryStore], Awaitable[T]],
-    *,
-    memory_id: int | None = None,
-) -> T:
-    """Open the profile's store, run ``work`` on it, always close it.
-
-    With ``memory_id``, a profile that has no file yet is not created just to say the id is
-    unknown.
-    """
-
-    from navi_desktop.memory import MemoryStore
-    from navi_desktop.memory.db import DbError
-    from navi_desktop.paths import Paths
-
-    profile = _profile(args)
-    paths = Paths.from_env()
-    path = paths.profile_db(profile)
-    if memory_id is not None and not path.exists():
-        raise NotFound(f"no memory with id {memory_id}")
-
-    async def main() -> T:
-        client = await _running_daemon(paths)
-        if client is not None:  # the daemon owns the file while it runs: ask it
-            from navi_desktop.daemon.memory_api import RemoteMemory
-
-            try:
-                return await work(RemoteMemory(client, profile))  # type: ignore[arg-type]
-            finally:
-                await client.close()
-        async with await MemoryStore.open(path, embedder=_embedder()) as store:
-            result = await work(store)
-            # Keep new and edited memories findable by meaning; a few per run, so a large
-            # profile never stalls a command (the daemon does the rest in the background).
-            await store.backfill_embeddings(messages=False, limit=BACKFILL_PER_RUN)
-            return result
-
-    try:
-        return asyncio.run(main())
-    except DbError as exc:
-        raise CommandError(f"{path}: {exc}") from exc
-    except OSError as exc:
-        where = exc.filename or path
-        raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
-
-
-def _key_label(m: Memory) -> str:
-    from navi_desktop.memory.textproc import normalize
-
-    subject = m.subject if m.subject and normalize(m.subject) not in {"user", "i", "me"} else None
-    if subject and m.key:
-        return f"{subject}.{m.key}"
-    return subject or m.key or "-"
-
-
-def _kind_label(m: Memory) -> str:
-    return f"{m.kind}/{m.category}" if m.category else m.kind
-
-
-def _flags(m: Memory) -> str:
-    flags = [m.status] + (["expired"] if m.expired() else []) + (["pinned"] if m.pinned else [])
-    return ",".join(flags)
-
-
-def _text(m: Memory) -> str:
-    from navi_desktop.memory.documents import memory_text
-
-    return memory_text(m.to_dict())
-
-
 # -- add ---------------------------------------------------------------------------------------
 
 
@@ -286,7 +168,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             f"add takes [KEY] VALUE, got {len(args.text)} words: quote a value that has spaces"
         )
     key, value = (None, args.text[0]) if len(args.text) == 1 else args.text
-    _check("category", args.category, CATEGORIES)
+    check_choice("category", args.category, CATEGORIES)
     if not value.strip():
         raise InvalidInput("a memory needs a non-empty value")
     if key is not None and not key.strip():
@@ -317,9 +199,9 @@ def cmd_add(args: argparse.Namespace) -> int:
             result.memory = await store.pin(result.memory.id)
         return result
 
-    result = _with_store(args, work)
+    result = with_store(args, work)
     m = result.memory
-    if _json(args):
+    if wants_json(args):
         emit_json(
             {
                 "action": result.action,
@@ -332,7 +214,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         print(f"Not added: {result.action}.")
         return 1
     verb = {"added": "Added", "strengthened": "Already known, strengthened", "superseded": "Added"}
-    line = f"{verb.get(result.action, result.action)} #{m.id}: {one_line(_text(m))}"
+    line = f"{verb.get(result.action, result.action)} #{m.id}: {one_line(text_of(m))}"
     if result.replaced:
         line += f" (replaces #{result.replaced})"
     if m.expires_at:
@@ -349,9 +231,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES
 
-    _check("kind", args.kind, KINDS)
-    _check("category", args.category, CATEGORIES)
-    _check("status", args.status, (*STATUSES, "all"))
+    check_choice("kind", args.kind, KINDS)
+    check_choice("category", args.category, CATEGORIES)
+    check_choice("status", args.status, (*STATUSES, "all"))
     if args.limit < 1 or args.offset < 0:
         raise InvalidInput("--limit must be at least 1 and --offset not negative")
 
@@ -367,8 +249,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             offset=args.offset,
         )
 
-    memories, total = _with_store(args, work)
-    if _json(args):
+    memories, total = with_store(args, work)
+    if wants_json(args):
         emit_json(
             {
                 "total": total,
@@ -381,7 +263,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not memories:
         print("No memories." if total == 0 else f"No memories past {args.offset} (of {total}).")
         return 0
-    rows = [[f"#{m.id}", _kind_label(m), _key_label(m), _flags(m), m.value] for m in memories]
+    rows = [[f"#{m.id}", kind_label(m), key_label(m), flags(m), m.value] for m in memories]
     for line in table(["ID", "KIND", "KEY", "STATUS", "VALUE"], rows, flex=4):
         print(line)
     first, last = args.offset + 1, args.offset + len(memories)
@@ -413,9 +295,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     from navi_desktop.memory.models import CATEGORIES, KINDS
 
     for kind in args.kind or ():
-        _check("kind", kind, (*KINDS, "message"))
+        check_choice("kind", kind, (*KINDS, "message"))
     for category in args.category or ():
-        _check("category", category, CATEGORIES)
+        check_choice("category", category, CATEGORIES)
     if not 1 <= args.limit <= 1000:
         raise InvalidInput(f"--limit must be between 1 and 1000, got {args.limit}")
     since = check_iso(args.since, "--since") if args.since else None
@@ -432,8 +314,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             include_inactive=args.include_inactive,
         )
 
-    hits = _with_store(args, work)
-    if _json(args):
+    hits = with_store(args, work)
+    if wants_json(args):
         emit_json({"query": args.query, "hits": [h.to_dict() for h in hits]})
         return 0
     if not hits:
@@ -443,7 +325,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in hits:
         if hit.memory is not None:
             m = hit.memory
-            label = _kind_label(m) + ("" if m.status == "active" else f" ({m.status})")
+            label = kind_label(m) + ("" if m.status == "active" else f" ({m.status})")
             label += " pinned" if m.pinned else ""
         else:
             label = f"message/{hit.message.session_id}" if hit.message else "message"
@@ -474,8 +356,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         m = await store.get(args.id)
         return m, await store.versions(m.id), await store.history(args.id)
 
-    m, versions, history = _with_store(args, work, memory_id=args.id)
-    if _json(args):
+    m, versions, history = with_store(args, work, memory_id=args.id)
+    if wants_json(args):
         emit_json(
             {
                 "memory": m.to_dict(),

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.cli.memory import _json, _profile, _with_store
 from navi_desktop.cli.output import emit_json, human_size
+from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import write_private_atomic
 
@@ -33,7 +33,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     import json
 
     to_stdout = args.output in (None, "-")
-    if _json(args) and to_stdout and args.format != "json":
+    if wants_json(args) and to_stdout and args.format != "json":
         raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
 
     async def work(store: MemoryStore):
@@ -45,7 +45,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         return data, text
 
-    data, text = _with_store(args, work)
+    data, text = with_store(args, work)
     if to_stdout:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return 0
@@ -55,7 +55,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     count = len(data["memories"])
-    if _json(args):
+    if wants_json(args):
         emit_json({"path": str(target.absolute()), "format": args.format, "memories": count})
     else:
         noun = "memory" if count == 1 else "memories"
@@ -89,8 +89,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.import_data(data)
 
-    report = _with_store(args, work)
-    if _json(args):
+    report = with_store(args, work)
+    if wants_json(args):
         emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
     else:
         print(
@@ -104,14 +104,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    args.profile = profile = _profile(args)  # resolved once: _with_store reads it from args
+    args.profile = profile = profile_name(args)  # resolved once: with_store reads it from args
 
     async def work(store: MemoryStore):
         return await store.stats()
 
-    stats = _with_store(args, work)
+    stats = with_store(args, work)
     stats = {"profile": profile, **stats}
-    if _json(args):
+    if wants_json(args):
         emit_json(stats)
         return 0
     print(f"Profile     {profile}")

@@ -1,0 +1,139 @@
+"""What every ``navi memory`` command shares: the profile it names, the store it opens (the
+running daemon's, or the file itself), and how a memory is labelled in a listing."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from navi_desktop.cli.main import CommandError
+from navi_desktop.errors import InvalidInput, NaviError, NotFound
+
+if TYPE_CHECKING:
+    from navi_desktop.memory import Memory, MemoryStore
+    from navi_desktop.memory.embedders import Embedder
+
+T = TypeVar("T")
+BACKFILL_PER_RUN = 64
+
+
+def wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def profile_name(args: argparse.Namespace) -> str:
+    """--profile, else ``[memory] profile`` in config.toml, else the OS user name."""
+    from navi_desktop.paths import Paths, check_profile_name
+
+    name = getattr(args, "profile", None)
+    if name is None:
+        from navi_desktop.cli.config_check import settings
+
+        name = settings(Paths.from_env()).memory.effective_profile()
+    return check_profile_name(name)
+
+
+def check_choice(name: str, value: str | None, allowed: tuple[str, ...]) -> None:
+    """Reject a bad choice before the profile file is opened (or created)."""
+    if value is not None and value not in allowed:
+        raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+
+
+async def running_daemon(paths: Any) -> Any:
+    """A client of the daemon, started when none answers; None when NAVI_DAEMON=off (scripts
+    and tests that must not leave a background process), or when it cannot start (then the
+    command works on the file directly, which SQLite's locking makes safe)."""
+    from navi_desktop.daemon.main import connect
+
+    if os.environ.get("NAVI_DAEMON", "on") == "off":
+        return None
+    try:
+        return await connect(paths, timeout=2.0)
+    except NaviError as exc:
+        print(f"navi: {exc}; using the memory file directly", file=sys.stderr)
+        return None
+
+
+def offline_embedder() -> Embedder | None:
+    """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
+    from navi_desktop.memory.embedders import embedder_by_name
+
+    choice = os.environ.get("NAVI_EMBEDDER", "auto")
+    if choice not in ("auto", "local", "none"):
+        raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
+    return embedder_by_name(choice)
+
+
+def with_store(
+    args: argparse.Namespace,
+    work: Callable[[MemoryStore], Awaitable[T]],
+    *,
+    memory_id: int | None = None,
+) -> T:
+    """Open the profile's store, run ``work`` on it, always close it.
+
+    With ``memory_id``, a profile that has no file yet is not created just to say the id is
+    unknown.
+    """
+
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.db import DbError
+    from navi_desktop.paths import Paths
+
+    profile = profile_name(args)
+    paths = Paths.from_env()
+    path = paths.profile_db(profile)
+    if memory_id is not None and not path.exists():
+        raise NotFound(f"no memory with id {memory_id}")
+
+    async def main() -> T:
+        client = await running_daemon(paths)
+        if client is not None:  # the daemon owns the file while it runs: ask it
+            from navi_desktop.daemon.memory_api import RemoteMemory
+
+            try:
+                return await work(RemoteMemory(client, profile))  # type: ignore[arg-type]
+            finally:
+                await client.close()
+        async with await MemoryStore.open(path, embedder=offline_embedder()) as store:
+            result = await work(store)
+            # Keep new and edited memories findable by meaning; a few per run, so a large
+            # profile never stalls a command (the daemon does the rest in the background).
+            await store.backfill_embeddings(messages=False, limit=BACKFILL_PER_RUN)
+            return result
+
+    try:
+        return asyncio.run(main())
+    except DbError as exc:
+        raise CommandError(f"{path}: {exc}") from exc
+    except OSError as exc:
+        where = exc.filename or path
+        raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
+
+
+def key_label(m: Memory) -> str:
+    from navi_desktop.memory.textproc import normalize
+
+    subject = m.subject if m.subject and normalize(m.subject) not in {"user", "i", "me"} else None
+    if subject and m.key:
+        return f"{subject}.{m.key}"
+    return subject or m.key or "-"
+
+
+def kind_label(m: Memory) -> str:
+    return f"{m.kind}/{m.category}" if m.category else m.kind
+
+
+def flags(m: Memory) -> str:
+    flags = [m.status] + (["expired"] if m.expired() else []) + (["pinned"] if m.pinned else [])
+    return ",".join(flags)
+
+
+def text_of(m: Memory) -> str:
+    from navi_desktop.memory.documents import memory_text
+
+    return memory_text(m.to_dict())
