@@ -20,6 +20,7 @@ import sqlean
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.documents import memory_text, message_text
 from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
+from navi_desktop.memory.rerank import boost_named_and_dated, boost_sessions
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 from navi_desktop.memory.vectors import Codes, sign_bits
@@ -64,6 +65,10 @@ class Tuning:
     # the embedder, see VECTOR_FLOOR), else only in the first ``vector_only_ranks``.
     vector_floor: float | None = None
     vector_only_ranks: int = 3
+    # Transcript searches only (rerank.py): factors on the fused score of messages whose
+    # author the query names, and of messages that say when for a "when" question.
+    author_boost: float = 1.25
+    time_boost: float = 1.25
 
 
 def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
@@ -123,7 +128,7 @@ class SearchOps:
             scores, detail = self._fuse(signals)
             self._drop_unrelated(scores, detail, len(vector) if vector is not None else 0)
             if filters.kinds == ("message",):
-                await self._session_boost(scores, detail)
+                await self._rerank_messages(query, scores, detail, limit)
             order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
             return await self._hydrate([(key, scores[key], detail[key]) for key in order])
 
@@ -362,28 +367,25 @@ class SearchOps:
             if not close or cosine <= chance:
                 del scores[key], detail[key]
 
-    async def _session_boost(
-        self: MemoryStore, scores: dict[Key, float], detail: dict[Key, dict[str, Ranked]]
+    async def _rerank_messages(
+        self: MemoryStore,
+        query: str,
+        scores: dict[Key, float],
+        detail: dict[Key, dict[str, Ranked]],
+        limit: int,
     ) -> None:
-        """Messages from the conversations that match best as a whole rank higher: a question
-        about one conversation is answered across several of its turns. Ranks sessions by the
-        sum of their candidate messages' scores and fuses that rank like another list."""
+        """The transcript-only re-ranking: session boost, then author and time (rerank.py)."""
         ids = [key[1] for key in scores if key[0] == "message"]
         if not ids:
             return
         rows = await self.db.fetchall(
-            f"SELECT id, session_id FROM messages WHERE id IN ({','.join('?' * len(ids))})", ids
+            "SELECT id, session_id, name, content FROM messages"
+            f" WHERE id IN ({','.join('?' * len(ids))})",
+            ids,
         )
-        session_of = {r[0]: r[1] for r in rows}
-        totals: dict[str, float] = defaultdict(float)
-        for mid in ids:
-            totals[session_of[mid]] += scores[("message", mid)]
-        rank_of = {s: r for r, s in enumerate(sorted(totals, key=lambda s: -totals[s]), start=1)}
-        weight = dict(self.tuning.weights).get("session", 1.0)
-        for mid in ids:
-            session = session_of[mid]
-            scores[("message", mid)] += weight / (self.tuning.rrf_k + rank_of[session])
-            detail[("message", mid)]["session"] = (rank_of[session], totals[session])
+        found = {r[0]: (r[1], r[2], r[3]) for r in rows}
+        boost_sessions(self.tuning, {m: s for m, (s, _, _) in found.items()}, scores, detail)
+        boost_named_and_dated(self.tuning, query, found, scores, detail, limit)
 
     async def _hydrate(
         self: MemoryStore, fused: list[tuple[Key, float, dict[str, Ranked]]]
