@@ -1,6 +1,5 @@
-"""One message in the transcript. Replies stream into their Markdown through a
-``ReplyStream`` (stream.py): at most one update a frame, in parts whose cost does not grow
-with the reply, and a last update of the live part at the end (it closes open code fences).
+"""One message in the transcript. Replies stream into their Markdown through
+``Markdown.get_stream`` and get one full update at the end (it closes open code fences).
 
 Textual's Markdown widget (and markdown-it under it) is imported with the first message, not
 with the app: it was a tenth of the time to the first frame, which shows no message.
@@ -19,8 +18,7 @@ from textual.widgets import Label
 
 if TYPE_CHECKING:
     from textual.widgets import Markdown
-
-    from navi_desktop.tui.chat.stream import ReplyStream
+    from textual.widgets.markdown import MarkdownStream
 
 ROLE_LABEL = {"user": "You", "assistant": "Navi"}
 
@@ -81,18 +79,16 @@ class MessageView(Vertical, can_focus=True):
         self.user_message_id = user_message_id  # the turn's user message: the ledger's key
         self.injected = injected
         self.note = note
-        self._stream: ReplyStream | None = None
+        self._stream: MarkdownStream | None = None
 
     def compose(self) -> ComposeResult:
         from textual.widgets import Markdown
-
-        from navi_desktop.tui.chat.stream import ReplyPart
 
         yield Label(ROLE_LABEL.get(self.role, self.role), classes="role")
         if self.role == "user":  # what was typed, line breaks kept (Markdown would join them)
             yield Markdown(self.text.replace("\n", "  \n"))
         else:
-            yield ReplyPart(self.text or "…")
+            yield Markdown(self.text or "…")
         if self.note:
             yield note_label(self.note)
 
@@ -102,30 +98,20 @@ class MessageView(Vertical, can_focus=True):
 
         return self.query_one(Markdown)
 
-    @property
-    def source(self) -> str:
-        """The Markdown on screen: a long streamed reply's parts, joined."""
-        from textual.widgets import Markdown
-
-        return "".join(part.source for part in self.query_children(Markdown))
-
     # -- streaming -----------------------------------------------------------------------------
 
     async def begin_stream(self) -> None:
-        from navi_desktop.tui.chat.stream import ReplyPart, ReplyStream
+        from textual.widgets import Markdown
 
         self.text = ""
-        first = self.query_one(ReplyPart)
-        await first.update("")
-        self._stream = ReplyStream(self, first)
-        self._stream.start()
+        await self.markdown.update("")
+        self._stream = Markdown.get_stream(self.markdown)
 
     async def write(self, fragment: str) -> None:
-        """Take a delta at once; the Markdown shows it with the next frame."""
         if self._stream is None:
             return
         self.text += fragment
-        self._stream.write(fragment)
+        await self._stream.write(fragment)
 
     async def finish(
         self,
@@ -137,10 +123,9 @@ class MessageView(Vertical, can_focus=True):
     ) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
-            await stream.finish(text)
-        else:
-            await self.markdown.update(text or "*(no reply)*")
+            await stream.stop()
         self.text = text
+        await self.markdown.update(text or "*(no reply)*")
         self.user_message_id = user_message_id
         self.injected = injected
         if note:
@@ -162,10 +147,6 @@ class MessageView(Vertical, can_focus=True):
 
     async def on_mount(self) -> None:
         await self.add_used_link()
-
-    def on_unmount(self) -> None:
-        if self._stream is not None:  # removed mid-reply (the app quit): its task ends too
-            self._stream.cancel()
 
     # -- actions -------------------------------------------------------------------------------
 
