@@ -1,5 +1,6 @@
-"""One message in the transcript. Replies stream into their Markdown through
-``Markdown.get_stream`` and get one full update at the end (it closes open code fences).
+"""One message in the transcript. Replies stream into their Markdown through a
+``ReplyStream`` (stream.py): at most one update a frame, in parts whose cost does not grow
+with the reply, and a last update of the live part at the end (it closes open code fences).
 
 Textual's Markdown widget (and markdown-it under it) is imported with the first message, not
 with the app: it was a tenth of the time to the first frame, which shows no message.
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING
 from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label
 
+from navi_desktop.tui.widgets.growing import Growing
+
 if TYPE_CHECKING:
-    from textual.widgets import Markdown
-    from textual.widgets.markdown import MarkdownStream
+    from navi_desktop.tui.chat.stream import ReplyStream
 
 ROLE_LABEL = {"user": "You", "assistant": "Navi"}
 
@@ -27,6 +29,10 @@ def note_label(text: str) -> Label:
     """A line under a message ("(stopped)", an error): wrapped, never cut (an error's fix
     comes last), and shown as written (an error may hold brackets)."""
     return Label(text, classes="note", markup=False)
+
+
+class Transcript(VerticalScroll, Growing):
+    """The chat's messages. Its lines stay drawn while a reply makes its content grow."""
 
 
 class UsedLink(Label, can_focus=True):
@@ -43,7 +49,7 @@ class UsedLink(Label, can_focus=True):
         view.action_used()
 
 
-class MessageView(Vertical, can_focus=True):
+class MessageView(Vertical, Growing, can_focus=True):
     DEFAULT_CSS = """
     MessageView { height: auto; padding: 0 1; margin-bottom: 1; }
     MessageView:focus { background: $boost; }
@@ -79,39 +85,45 @@ class MessageView(Vertical, can_focus=True):
         self.user_message_id = user_message_id  # the turn's user message: the ledger's key
         self.injected = injected
         self.note = note
-        self._stream: MarkdownStream | None = None
+        self._stream: ReplyStream | None = None
 
     def compose(self) -> ComposeResult:
         from textual.widgets import Markdown
+
+        from navi_desktop.tui.chat.stream import ReplyPart
 
         yield Label(ROLE_LABEL.get(self.role, self.role), classes="role")
         if self.role == "user":  # what was typed, line breaks kept (Markdown would join them)
             yield Markdown(self.text.replace("\n", "  \n"))
         else:
-            yield Markdown(self.text or "…")
+            yield ReplyPart(self.text or "…")
         if self.note:
             yield note_label(self.note)
 
     @property
-    def markdown(self) -> Markdown:
+    def source(self) -> str:
+        """The Markdown on screen: a long streamed reply's parts, joined."""
         from textual.widgets import Markdown
 
-        return self.query_one(Markdown)
+        return "".join(part.source for part in self.query(Markdown))
 
     # -- streaming -----------------------------------------------------------------------------
 
     async def begin_stream(self) -> None:
-        from textual.widgets import Markdown
+        from navi_desktop.tui.chat.stream import ReplyPart, ReplyStream
 
         self.text = ""
-        await self.markdown.update("")
-        self._stream = Markdown.get_stream(self.markdown)
+        first = self.query_one(ReplyPart)
+        await first.update("")
+        self._stream = ReplyStream(self, first)
+        self._stream.start()
 
     async def write(self, fragment: str) -> None:
+        """Take a delta at once; the Markdown shows it with the next frame."""
         if self._stream is None:
             return
         self.text += fragment
-        await self._stream.write(fragment)
+        self._stream.write(fragment)
 
     async def finish(
         self,
@@ -123,9 +135,14 @@ class MessageView(Vertical, can_focus=True):
     ) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
-            await stream.stop()
+            await stream.finish(text)
+        else:
+            from navi_desktop.tui.chat.stream import ReplyPart
+
+            part = self.query_one(ReplyPart)
+            part.reopen()
+            await part.update(text or "*(no reply)*")
         self.text = text
-        await self.markdown.update(text or "*(no reply)*")
         self.user_message_id = user_message_id
         self.injected = injected
         if note:
@@ -146,7 +163,18 @@ class MessageView(Vertical, can_focus=True):
             await self.mount(UsedLink(f"what did you use?{count}"))
 
     async def on_mount(self) -> None:
+        if self.role == "assistant" and self.text:  # a finished reply: it may fold when far
+            from navi_desktop.tui.chat.stream import ReplyPart
+
+            self.query_one(ReplyPart).seal(self.text)
         await self.add_used_link()
+
+    def on_unmount(self) -> None:
+        from navi_desktop.tui.chat.stream import full_collections
+
+        if self._stream is not None:  # removed mid-reply (the app quit): its task ends too
+            self._stream.cancel()
+        full_collections.settle()  # the app may quit before the collection after a reply
 
     # -- actions -------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from textual.widgets import Label
 
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.actions import SessionActions
-from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.chat.messages import MessageView, Transcript
 from navi_desktop.tui.chat.notices import STOPPED, reply_note
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.rate import RatingActions
@@ -89,7 +89,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
             yield SessionsPane(id="sessions-pane")
             with Vertical(id="chat"):
                 yield Label("New chat", id="chat-title")
-                yield VerticalScroll(id="transcript")
+                yield Transcript(id="transcript")
                 yield Prompt(id="prompt")
 
     @property

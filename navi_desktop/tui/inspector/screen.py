@@ -30,6 +30,7 @@ from navi_desktop.tui.status import Status
 from navi_desktop.tui.widgets.ordered import OrderedInput
 
 SEARCH_DELAY_S = 0.2  # wait for a pause in typing before asking the daemon
+CHANGES_S = 0.25  # a memory change waits for the rest of its burst: one reload, not one each
 
 
 COUNTED_TABS_WIDTH = 100  # narrower: tab titles without their counts
@@ -84,6 +85,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
     def __init__(self) -> None:
         super().__init__()
         self.dirty = True  # a change came while another screen was on top: reload on return
+        self._reload_due = False  # a reload waits for the rest of a burst of changes
         self.history_of: int | None = None  # the memory whose history the detail pane shows
         self._counts: dict[str, int] = {}  # each tab's count, for its label
 
@@ -158,12 +160,20 @@ class InspectorScreen(MemoryActions, NaviScreen):
             include_inactive=self.query_one("#inactive", Switch).value,
         )
 
-    def reload(self) -> None:
+    def reload(self, soon: bool = False) -> None:
         if not self.is_current:  # a dialog or another mode on top: catch up on return
             self.dirty = True
             return
         self.dirty = False
-        self.load()
+        if not soon:
+            self.load()
+        elif not self._reload_due:  # the changes of a burst make one reload
+            self._reload_due = True
+            self.set_timer(CHANGES_S, self._reload_now)
+
+    def _reload_now(self) -> None:
+        self._reload_due = False
+        self.reload()
 
     @work(exclusive=True, group="inspector-load", exit_on_error=False)
     async def load(self, delay: float = 0.0) -> None:
@@ -308,7 +318,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
 
     async def on_daemon(self, method: str, params: Any) -> None:
         if method == "memory.changed":
-            self.reload()
+            self.reload(soon=True)
         elif method == "link.state":
             if params.state == "up":
                 self.reload()

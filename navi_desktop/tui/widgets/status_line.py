@@ -13,6 +13,7 @@ class StatusLine(Static):
     StatusLine { height: 1; background: $panel; color: $text-muted; padding: 0 1; }
     StatusLine.-incognito { background: $error; color: $text; }
     """
+    _shown: Text | None = None
 
     def on_mount(self) -> None:
         self.app.status_signal.subscribe(self, self.show)  # type: ignore[attr-defined]
@@ -21,7 +22,10 @@ class StatusLine(Static):
     def show(self, status: Status) -> None:
         self._last = status
         self.set_class(status.incognito, "-incognito")
-        self.update(render_status(status, self.size.width or self.app.size.width))
+        text = render_status(status, self.size.width or self.app.size.width)
+        if text != self._shown:  # the status changes with every memory change, this line less
+            self._shown = text
+            self.update(text, layout=False)  # one line whatever it says: no layout of the screen
 
     def on_resize(self) -> None:
         if hasattr(self, "_last"):
@@ -95,6 +99,7 @@ class Banner(Static):
              padding: 0 1; border-left: thick $error; }
     Banner.-shown { display: block; }
     """
+    _shown: str | None = None  # each update lays the screen out again, even when hidden
 
     def on_mount(self) -> None:
         self.app.status_signal.subscribe(self, self.show)  # type: ignore[attr-defined]
@@ -103,4 +108,7 @@ class Banner(Static):
     def show(self, status: Status) -> None:
         problems = status.problems()
         self.set_class(bool(problems), "-shown")
-        self.update("\n".join(f"⚠ {p}" for p in problems))
+        text = "\n".join(f"⚠ {p}" for p in problems)
+        if text != self._shown:
+            self._shown = text
+            self.update(text)

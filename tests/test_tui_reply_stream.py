@@ -1,0 +1,242 @@
+"""A streamed reply's deltas into its Markdown: batched per frame, in sealed parts, never lost
+or reordered, and looking exactly like the same text shown whole."""
+
+from __future__ import annotations
+
+import gc
+
+from textual.app import App, ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Markdown
+
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.chat.messages import MessageView
+from tests.fake_ollama import Reply
+from tests.tui_support import SIZE, until
+
+
+def long_reply(words: int) -> list[str]:
+    """Deltas as a model sends them: words, a paragraph every 25, a list and a code fence."""
+    chunks = [f"word{i % 97} " for i in range(words)]
+    chunks[::25] = [c.rstrip() + ".\n\n" for c in chunks[::25]]
+    chunks[words // 3 : words // 3] = ["## A heading\n\n", "- one\n", "- two\n\n"]
+    chunks[words // 2 : words // 2] = ["```python\n", "print(1)\n", "```\n\n", "Then "]
+    return chunks
+
+
+def shown(view: MessageView) -> str:
+    """The Markdown text on screen in a message (a long reply is in parts)."""
+    return "".join(part.source for part in view.query(Markdown))
+
+
+def parts(monkeypatch, blocks: int) -> None:
+    """Seal a reply's parts after ``blocks`` blocks: many parts from a short reply."""
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.PART_BLOCKS", blocks)
+
+
+class Transcript(App[None]):
+    """One message in a transcript as tall as the whole reply, so all of it is drawn."""
+
+    def __init__(self, view: MessageView) -> None:
+        super().__init__()
+        self.view = view
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield self.view
+
+
+class Counted:
+    """Counts the Markdown updates (appends and whole updates) made by every widget."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls = 0
+        for name in ("append", "update"):
+            method = getattr(Markdown, name)
+            monkeypatch.setattr(Markdown, name, self._counting(method))
+
+    def _counting(self, method):
+        def counted(widget, *args, **kwargs):
+            self.calls += 1
+            return method(widget, *args, **kwargs)
+
+        return counted
+
+
+async def test_a_burst_of_deltas_is_one_update_with_the_exact_text(monkeypatch):
+    chunks = long_reply(1000)
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 40)) as pilot:
+        await view.begin_stream()
+        updates = Counted(monkeypatch)
+        for chunk in chunks:  # all of them before the app gets to run again
+            await view.write(chunk)
+        await pilot.pause(0.1)  # a few frames
+        assert shown(view) == "".join(chunks)  # everything is on screen before the end
+        await view.finish("".join(chunks))
+        assert view.text == shown(view) == "".join(chunks)
+    # One append (and a seal) for 1,000 deltas; Textual's MarkdownStream made hundreds.
+    assert updates.calls <= 5, updates.calls
+
+
+async def test_a_long_reply_streams_in_parts_that_look_like_one_markdown(monkeypatch):
+    parts(monkeypatch, 4)
+    chunks = long_reply(300)
+    text = "".join(chunks)
+    streamed = MessageView("assistant")
+    size = (80, 260)  # tall enough for all of it
+    async with Transcript(streamed).run_test(size=size) as pilot:
+        await streamed.begin_stream()
+        for chunk in chunks:
+            await streamed.write(chunk)
+            await pilot.pause(0.002)  # a few deltas a frame, as a model sends them
+        await pilot.pause(0.1)  # a few frames
+        assert len(streamed.query(Markdown)) > 2  # sealed parts, and the live one
+        assert shown(streamed) == text
+        await streamed.finish(text)
+        await pilot.pause()
+        assert streamed.text == shown(streamed) == text
+        assert all(part.source for part in streamed.query(Markdown))  # none empty
+        streamed_screen = pilot.app.export_screenshot()
+    whole = MessageView("assistant", text)
+    async with Transcript(whole).run_test(size=size) as pilot:
+        await pilot.pause()
+        assert len(whole.query(Markdown)) == 1
+        assert pilot.app.export_screenshot() == streamed_screen
+
+
+async def test_a_reply_that_ends_other_than_it_streamed_shows_the_final_text(monkeypatch):
+    parts(monkeypatch, 2)
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 40)) as pilot:
+        await view.begin_stream()
+        for n in range(12):
+            await view.write(f"Paragraph {n}.\n\n")
+            await pilot.pause(0.05)
+        assert len(view.query(Markdown)) > 1
+        await view.finish("Cut short.")
+        assert view.text == shown(view) == "Cut short."
+        assert len(view.query(Markdown)) == 1
+
+
+async def test_a_reply_that_ends_before_its_last_deltas_are_shown_keeps_its_parts(monkeypatch):
+    """The reply's end can overtake its last deltas (they come by another way): the parts
+    stay, and the live one shows the rest."""
+    parts(monkeypatch, 2)
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 40)) as pilot:
+        await view.begin_stream()
+        for n in range(12):
+            await view.write(f"Paragraph {n}.\n\n")
+            await pilot.pause(0.05)
+        count = len(view.query(Markdown))
+        text = view.text + "The end, not streamed yet."
+        await view.finish(text)
+        assert view.text == shown(view) == text
+        assert len(view.query(Markdown)) == count > 1
+
+
+async def test_parts_far_from_the_view_fold_and_unfold_when_scrolled_to(monkeypatch):
+    """Parts more than half a screen away leave the layout; the transcript looks the same as
+    the reply shown whole, at its end and scrolled back to its start."""
+    from navi_desktop.tui.chat.stream import ReplyPart
+
+    parts(monkeypatch, 4)
+    chunks = long_reply(600)
+    text = "".join(chunks)
+    size = (80, 24)
+    streamed = MessageView("assistant")
+    async with Transcript(streamed).run_test(size=size) as pilot:
+        scroller = pilot.app.query_one(VerticalScroll)
+        scroller.anchor()  # follows the reply, as the chat does
+        await streamed.begin_stream()
+        for chunk in chunks:
+            await streamed.write(chunk)
+            await pilot.pause(0.002)
+        await streamed.finish(text)
+        await pilot.pause(0.1)
+        folded = [part for part in streamed.query(ReplyPart) if part.folded]
+        assert folded and not any(block.display for part in folded for block in part.children)
+        at_end = pilot.app.export_screenshot()
+        scroller.scroll_home(animate=False)
+        await pilot.pause(0.1)
+        assert not streamed.query(ReplyPart).first().folded
+        at_start = pilot.app.export_screenshot()
+        assert shown(streamed) == text
+    whole = MessageView("assistant", text)
+    async with Transcript(whole).run_test(size=size) as pilot:
+        scroller = pilot.app.query_one(VerticalScroll)
+        await pilot.pause()
+        scroller.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        assert pilot.app.export_screenshot() == at_end
+        scroller.scroll_home(animate=False)
+        await pilot.pause(0.1)
+        assert pilot.app.export_screenshot() == at_start
+
+
+async def test_full_garbage_collections_wait_for_the_end_of_a_reply(monkeypatch):
+    """A full collection walks every object the app holds (a frozen UI): none while a reply
+    streams, one soon after it ends, then Python's own schedule again."""
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.AFTER_REPLY_S", 0.05)
+    threshold = gc.get_threshold()
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 20)) as pilot:
+        await view.begin_stream()
+        assert gc.get_threshold()[:2] == threshold[:2]
+        assert gc.get_threshold()[2] > 1_000_000  # held back
+        await view.write("Hello.")
+        full = gc.get_stats()[2]["collections"]
+        await view.finish("Hello.")
+        await pilot.pause(0.3)
+        assert gc.get_threshold() == threshold
+        assert gc.get_stats()[2]["collections"] > full
+
+
+async def test_replies_back_to_back_still_get_a_full_collection(monkeypatch):
+    """Held back too long (the next reply came before the collection after the last one):
+    the next reply collects before it starts."""
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.AFTER_REPLY_S", 60.0)
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.MAX_HOLD_S", 0.0)
+    first, second = MessageView("assistant"), MessageView("assistant")
+    async with Transcript(first).run_test(size=(80, 20)) as pilot:
+        await first.begin_stream()
+        await first.finish("One.")
+        full = gc.get_stats()[2]["collections"]
+        await pilot.app.query_one(VerticalScroll).mount(second)
+        await second.begin_stream()
+        assert gc.get_stats()[2]["collections"] > full
+        await second.finish("Two.")
+
+
+async def test_a_long_reply_through_the_daemon_arrives_whole(fake, daemon, monkeypatch):
+    """The real path: the fake Ollama streams, the daemon forwards each delta, and what the
+    app shows is at every moment the start of the reply (nothing lost, nothing out of order),
+    then all of it, as stored."""
+    parts(monkeypatch, 4)
+    chunks = long_reply(600)
+    text = "".join(chunks)
+    fake.script(Reply(chunks=chunks, delay=0.002))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.status.memories is not None)
+        await pilot.press(*"write a lot", "enter")
+        seen: list[tuple[str, str]] = []
+        reply = None
+
+        def finished() -> bool:
+            nonlocal reply
+            views = list(app.screen.query(MessageView))
+            reply = views[-1] if len(views) == 2 else None
+            if reply is not None and app.screen.reply is not None:
+                seen.append((reply.text, shown(reply)))
+            return reply is not None and app.screen.reply is None and bool(reply.text)
+
+        await until(pilot, finished, timeout=30)
+        assert reply is not None
+        assert reply.text == shown(reply) == text
+        assert len(seen) > 3
+        assert all(text.startswith(got) and text.startswith(on_screen) for got, on_screen in seen)
+        session_id = app.screen.session_id
+    stored = await daemon.call("sessions.show", {"id": session_id})
+    assert stored["messages"][-1]["content"] == text
