@@ -157,20 +157,8 @@ class MaintenanceOps:
                 (when,),
             )
             for row in rows:
-                await self.db.execute(
-                    "UPDATE memories SET status = 'archived', updated_at = ? WHERE id = ?",
-                    (now_iso(), row["id"]),
-                )
-                await self._history(
-                    row["id"],
-                    "archive",
-                    "system",
-                    old={"status": row["status"]},
-                    new={
-                        "status": "archived",
-                        "reason": "it expired",
-                        "expires_at": row["expires_at"],
-                    },
+                await self._archive_by_system(
+                    row["id"], row["status"], "it expired", expires_at=row["expires_at"]
                 )
             if rows:
                 await self._mark_profile_stale()

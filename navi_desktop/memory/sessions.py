@@ -97,17 +97,7 @@ class SessionOps:
             (max_rules,),
         )
         for row in rows:
-            await self.db.execute(
-                "UPDATE memories SET status = 'archived', updated_at = ? WHERE id = ?",
-                (now_iso(), row["id"]),
-            )
-            await self._history(
-                row["id"],
-                "archive",
-                "system",
-                old={"status": "active"},
-                new={"status": "archived", "reason": "rule limit"},
-            )
+            await self._archive_by_system(row["id"], "active", "rule limit")
         return [r["id"] for r in rows]
 
     async def unprocessed_messages(self: MemoryStore, session_id: str) -> list[Message]:

@@ -14,6 +14,23 @@ if TYPE_CHECKING:
 
 
 class StateOps:
+    async def _archive_by_system(
+        self: MemoryStore, memory_id: int, old_status: str, reason: str, **details: Any
+    ) -> None:
+        """Archive a memory the user did not touch (a limit, an expiry), saying why in its
+        history (inside a transaction)."""
+        await self.db.execute(
+            "UPDATE memories SET status = 'archived', updated_at = ? WHERE id = ?",
+            (now_iso(), memory_id),
+        )
+        await self._history(
+            memory_id,
+            "archive",
+            "system",
+            old={"status": old_status},
+            new={"status": "archived", "reason": reason, **details},
+        )
+
     async def _set_state(
         self: MemoryStore,
         memory_id: int,

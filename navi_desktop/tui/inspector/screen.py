@@ -88,6 +88,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
         self._reload_due = False  # a reload waits for the rest of a burst of changes
         self.history_of: int | None = None  # the memory whose history the detail pane shows
         self._counts: dict[str, int] = {}  # each tab's count, for its label
+        self._flagged: dict[str, Any] | None = None  # see _flagged_memories
 
     def compose_body(self) -> ComposeResult:
         with Horizontal(id="filters"):
@@ -165,6 +166,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
             self.dirty = True
             return
         self.dirty = False
+        self._flagged = None  # a rating or a forget may have changed them
         if not soon:
             self.load()
         elif not self._reload_due:  # the changes of a burst make one reload
@@ -174,6 +176,16 @@ class InspectorScreen(MemoryActions, NaviScreen):
     def _reload_now(self) -> None:
         self._reload_due = False
         self.reload()
+
+    async def _flagged_memories(self) -> dict[str, Any]:
+        """Memories that went into a badly rated reply, asked for once per load (not on
+        every highlight: arrow keys move it fast)."""
+        if self._flagged is None:
+            try:
+                self._flagged = (await self.navi.link.call("feedback.flagged", {}))["memories"]
+            except Exception:  # a detail of the pane: the memory itself is shown
+                return {}
+        return self._flagged
 
     @work(exclusive=True, group="inspector-load", exit_on_error=False)
     async def load(self, delay: float = 0.0) -> None:
@@ -279,11 +291,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
         except Exception as err:
             self.navi.report(err, "Reading the memory's history")
             history = []
-        try:  # memories that went into a badly rated reply are flagged for review
-            flagged = (await self.navi.link.call("feedback.flagged", {}))["memories"]
-        except Exception:  # a detail of the pane: the memory itself is shown
-            flagged = {}
-        if flag := flagged.get(str(memory["id"])):
+        if flag := (await self._flagged_memories()).get(str(memory["id"])):
             memory = {**memory, "flagged": flag}
         pane.show(memory, history)
         self.history_of = memory["id"]
