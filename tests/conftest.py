@@ -88,3 +88,36 @@ def sock_path():
         yield root / "run" / "daemon.sock"
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+# -- both storage backends ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(tmp_path_factory):
+    """A real PostgreSQL with pgvector for this test run (see tests/pg_support.py)."""
+    from tests.pg_support import start_server
+
+    dsn, server = start_server(str(tmp_path_factory.mktemp("pg")))
+    yield dsn
+    if server is not None:
+        server.cleanup()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def any_store(request, tmp_path):
+    """The same engine API on each backend: the conformance tests run once per backend, with
+    the deterministic test embedder, a fresh profile each."""
+    from tests.fakes import BagOfWordsEmbedder
+
+    embedder = BagOfWordsEmbedder()
+    if request.param == "sqlite":
+        opened = await MemoryStore.open(tmp_path / "memory.db", embedder=embedder)
+    else:
+        from navi_desktop.memory.pg import PgMemoryStore
+        from tests.pg_support import profile_name
+
+        dsn = request.getfixturevalue("pg_dsn")
+        opened = await PgMemoryStore.open(dsn, profile_name(), embedder=embedder)
+    async with opened as s:
+        yield s

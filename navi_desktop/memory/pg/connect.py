@@ -1,0 +1,70 @@
+"""Connecting to PostgreSQL: the DSN as shown to a user (password hidden), and each way a
+connection can fail turned into one line that names the server and the fix."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from urllib.parse import urlsplit, urlunsplit
+
+from navi_desktop.errors import NaviError
+
+DSN_ENV = "NAVI_PG_DSN"
+
+
+class StorageUnavailable(NaviError):
+    """The memory server cannot be used right now (down, refused, auth, TLS). The message
+    names the server (password hidden) and the fix."""
+
+
+def shown(dsn: str) -> str:
+    """The DSN with any password replaced by ***, safe for logs and messages."""
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return "<unreadable dsn>"
+    if parts.password is None:
+        return re.sub(r"(password=)\S+", r"\1***", dsn)
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def resolve_dsn(configured: str | None) -> str | None:
+    """NAVI_PG_DSN wins over the config file's ``[memory] dsn``."""
+    return os.environ.get(DSN_ENV) or configured or None
+
+
+START_HINT = (
+    "start it (`python -m pip install pgserver` then `navi memory server start`, or a system"
+    " PostgreSQL) or point [memory] dsn / NAVI_PG_DSN at a running one"
+)
+
+
+def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
+    """One line for a failed connection attempt."""
+    import asyncpg  # the postgres extra; imported only when a profile lives on a server
+
+    where = shown(dsn)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    refused = asyncpg.InvalidPasswordError | asyncpg.InvalidAuthorizationSpecificationError
+    if isinstance(exc, refused):
+        if "SSL" in text or "encryption" in text or "hostssl" in text:
+            return StorageUnavailable(
+                f"memory server {where} requires TLS ({text}): add ?sslmode=require to the DSN"
+            )
+        return StorageUnavailable(
+            f"memory server {where} refused the login ({text}): check the user and password"
+            " in [memory] dsn or NAVI_PG_DSN"
+        )
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        return StorageUnavailable(
+            f"memory server {where}: {text}: create it (`createdb`) or fix the DSN's database"
+        )
+    if isinstance(exc, OSError | socket.gaierror | TimeoutError | asyncpg.CannotConnectNowError):
+        return StorageUnavailable(f"memory server {where} is not reachable ({text}): {START_HINT}")
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.ConnectionDoesNotExistError):
+        return StorageUnavailable(f"memory server {where} closed the connection ({text}): retrying")
+    if isinstance(exc, ValueError):  # asyncpg's DSN parser
+        return StorageUnavailable(f"memory server DSN {where} is not valid ({text}): fix it")
+    return StorageUnavailable(f"memory server {where}: {text}")

@@ -1,0 +1,139 @@
+"""A pool of asyncpg connections to the memory server, with the same shape of use as the
+SQLite side: ``transaction()`` and ``reading()`` scopes, and statements run on the scope's
+connection (a context variable holds it, so nested scopes share one connection)."""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
+
+SCHEMA = "navi"
+
+
+class PgDatabase:
+    def __init__(self, pool: Any, dsn: str) -> None:
+        self.pool = pool
+        self.dsn = dsn
+        self._current: contextvars.ContextVar[Any] = contextvars.ContextVar(
+            f"navi_pg_conn_{id(self)}", default=None
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        dsn: str,
+        *,
+        max_size: int = 4,
+        timeout: float = 5.0,
+        settings: dict[str, str] | None = None,
+    ) -> PgDatabase:
+        import asyncpg
+        from pgvector.asyncpg import register_vector
+
+        async def setup(conn: Any) -> None:
+            # The vector type exists only once the extension does (the first open creates it).
+            if await conn.fetchval("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
+                await register_vector(conn)
+
+        try:
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=1,
+                max_size=max_size,
+                timeout=timeout,
+                init=setup,
+                server_settings={
+                    "search_path": f"{SCHEMA}, public",
+                    "application_name": "navi",
+                    **(settings or {}),
+                },
+            )
+        except Exception as exc:  # every connect failure becomes one line naming the server
+            raise explain(exc, dsn) from exc
+        return cls(pool, dsn)
+
+    @property
+    def shown(self) -> str:
+        return shown(self.dsn)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def reset_codecs(self) -> None:
+        """After the vector extension was created: new connections register its codec."""
+        await self.pool.expire_connections()
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[Any]:
+        conn = self._current.get()
+        if conn is not None:
+            yield conn
+            return
+        async with self._acquire() as conn:
+            token = self._current.set(conn)
+            try:
+                yield conn
+            finally:
+                self._current.reset(token)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        conn = self._current.get()
+        if conn is not None:  # nested: a savepoint inside the caller's transaction
+            async with conn.transaction():
+                yield conn
+            return
+        async with self._acquire() as conn:
+            token = self._current.set(conn)
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                self._current.reset(token)
+
+    @asynccontextmanager
+    async def _acquire(self) -> AsyncIterator[Any]:
+        import asyncpg
+
+        try:
+            async with self.pool.acquire() as conn:
+                yield conn
+        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
+            raise explain(exc, self.dsn) from exc
+
+    def _conn(self) -> Any:
+        conn = self._current.get()
+        if conn is None:
+            raise RuntimeError("statement outside reading() or transaction()")
+        return conn
+
+    async def execute(self, sql: str, *args: Any) -> str:
+        return await self._conn().execute(sql, *args)
+
+    async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            await self._conn().executemany(sql, rows)
+
+    async def fetchall(self, sql: str, *args: Any) -> list[Any]:
+        return await self._conn().fetch(sql, *args)
+
+    async def fetchone(self, sql: str, *args: Any) -> Any | None:
+        return await self._conn().fetchrow(sql, *args)
+
+    async def scalar(self, sql: str, *args: Any) -> Any:
+        return await self._conn().fetchval(sql, *args)
+
+
+def rowcount(status: str) -> int:
+    """Rows a command touched, from its status tag ('UPDATE 3', 'INSERT 0 1')."""
+    try:
+        return int(status.rsplit(" ", 1)[-1])
+    except (ValueError, IndexError):
+        return 0
+
+
+__all__ = ["SCHEMA", "PgDatabase", "StorageUnavailable", "rowcount"]

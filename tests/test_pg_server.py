@@ -1,0 +1,146 @@
+"""What only a shared server has: row-level security between users (proved with hand-written
+SQL over a user's own connection), several daemons on one user, and connection failures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import pytest
+
+from navi_desktop.errors import NotFound
+from navi_desktop.memory import NewMemory
+from navi_desktop.memory.pg import PgMemoryStore, StorageUnavailable, shown
+from navi_desktop.memory.pg.db import PgDatabase
+from navi_desktop.memory.pg.schema import migrate
+from navi_desktop.memory.pg.store import watch_changes
+from navi_desktop.memory.sessions import SessionWrite
+from tests.pg_support import as_role, profile_name
+
+
+async def _role(dsn: str, name: str, *, admin: bool = False) -> str:
+    """A login role for one machine's daemon, on a server an administrator set up once
+    (the schema and the pgvector extension, created by the superuser)."""
+    setup = await PgDatabase.connect(dsn, max_size=1)
+    try:
+        await migrate(setup)
+    finally:
+        await setup.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(
+            f"DO $$ BEGIN CREATE ROLE {name} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL;"
+            " END $$"
+        )
+        if admin:
+            await conn.execute(f"GRANT navi_admin TO {name}")
+    finally:
+        await conn.close()
+    return as_role(dsn, name)
+
+
+async def test_one_user_cannot_read_or_change_another_users_rows(pg_dsn):
+    alice_dsn = await _role(pg_dsn, "alice_laptop")
+    bob_dsn = await _role(pg_dsn, "bob_desktop")
+    async with await PgMemoryStore.open(alice_dsn, profile_name()) as alice:
+        await alice.create_session(session_id="s1")
+        await alice.save_message("s1", "user", "my diagnosis is private")
+        secret = (await alice.add_memory("asthma", category="health", key="condition")).memory
+        async with await PgMemoryStore.open(bob_dsn, profile_name()) as bob:
+            assert await bob.search("asthma diagnosis", kinds=["fact", "message"]) == []
+            with pytest.raises(NotFound):
+                await bob.get(secret.id)
+        conn = await asyncpg.connect(bob_dsn, server_settings={"search_path": "navi, public"})
+        try:
+            for table in ("memories", "messages", "sessions", "memory_history", "meta"):
+                query = f"SELECT * FROM {table} WHERE user_id = $1"
+                assert await conn.fetch(query, alice.user_id) == [], table
+            assert await conn.fetch("SELECT * FROM users WHERE id = $1", alice.user_id) == []
+            # naming alice's profile outright does not help
+            await conn.execute(f"SET navi.user_id = '{alice.user_id}'")
+            assert await conn.fetch("SELECT * FROM memories") == []
+            assert await conn.execute("UPDATE memories SET value = 'x'") == "UPDATE 0"
+            assert await conn.execute("DELETE FROM messages") == "DELETE 0"
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="row-level security"):
+                await conn.execute(
+                    "INSERT INTO memories (user_id, kind, value, source, created_at,"
+                    " updated_at, valid_from) VALUES ($1, 'fact', 'planted', 'import', '', '', '')",
+                    alice.user_id,
+                )
+            taken = "UPDATE users SET owner_role = current_user WHERE id = $1"
+            assert await conn.execute(taken, alice.user_id) == "UPDATE 0"
+            with pytest.raises(asyncpg.InsufficientPrivilegeError, match="row-level security"):
+                await conn.execute("UPDATE users SET owner_role = 'alice_laptop'")
+        finally:
+            await conn.close()
+        assert (await alice.get(secret.id)).value == "asthma"
+        assert [m.content for m in await alice.messages("s1")] == ["my diagnosis is private"]
+
+
+async def test_an_admin_may_read_everyone_but_change_no_one(pg_dsn):
+    alice_dsn = await _role(pg_dsn, "alice_laptop")
+    admin_dsn = await _role(pg_dsn, "household_admin", admin=True)
+    async with await PgMemoryStore.open(alice_dsn, profile_name()) as alice:
+        fact = (await alice.add_memory("Lisbon", key="home city")).memory
+        conn = await asyncpg.connect(admin_dsn, server_settings={"search_path": "navi, public"})
+        try:
+            rows = await conn.fetch("SELECT value FROM memories WHERE id = $1", fact.id)
+            assert [r[0] for r in rows] == ["Lisbon"]
+            assert await conn.execute("UPDATE memories SET value = 'x'") == "UPDATE 0"
+        finally:
+            await conn.close()
+        assert (await alice.get(fact.id)).value == "Lisbon"
+
+
+async def test_two_daemons_on_one_user_share_memory_and_hear_changes(pg_dsn):
+    owner_dsn = await _role(pg_dsn, "carol")
+    laptop_dsn = await _role(pg_dsn, "carol_laptop")
+    desktop_dsn = await _role(pg_dsn, "carol_desktop")
+    conn = await asyncpg.connect(pg_dsn)
+    await conn.execute("GRANT carol TO carol_laptop, carol_desktop")
+    await conn.close()
+    del owner_dsn
+    name = profile_name()
+    laptop = await PgMemoryStore.open(laptop_dsn, name, owner="carol")
+    desktop = await PgMemoryStore.open(desktop_dsn, name, owner="carol")
+    heard: asyncio.Queue[int] = asyncio.Queue()
+    feed = await watch_changes(desktop, heard.put_nowait)
+    try:
+        assert laptop.user_id == desktop.user_id
+        learned = (await laptop.add_memory("Rust", key="language")).memory
+        assert await asyncio.wait_for(heard.get(), 5) == learned.id
+        assert (await desktop.get(learned.id)).value == "Rust"
+        # one session end, committed by both: the second sees the watermark and adds nothing
+        await laptop.create_session(session_id="s1")
+        last = await laptop.save_message("s1", "user", "I moved to Oslo")
+        writes = [SessionWrite("add", NewMemory("Oslo", key="home city", source="conversation"))]
+        first, second = await asyncio.gather(
+            laptop.commit_session("s1", last.id, writes, "Moved to Oslo."),
+            desktop.commit_session("s1", last.id, writes, "Moved to Oslo."),
+        )
+        assert sorted([bool(first.ids), bool(second.ids)]) == [False, True]
+        _, episodes = await desktop.list_memories(kind="episode")
+        assert episodes == 1
+        # forgetting on one removes it for both
+        await desktop.forget(learned.id)
+        with pytest.raises(NotFound):
+            await laptop.get(learned.id)
+    finally:
+        await feed.close()
+        await laptop.close()
+        await desktop.close()
+
+
+async def test_unreachable_server_is_one_line_with_the_password_hidden(tmp_path):
+    dsn = f"postgresql://navi:s3cret@/navi?host={tmp_path}&port=1"
+    with pytest.raises(StorageUnavailable) as caught:
+        await PgMemoryStore.open(dsn, "default")
+    message = str(caught.value)
+    assert "not reachable" in message and "s3cret" not in message and "***" in message
+    assert "\n" not in message
+
+
+def test_shown_hides_passwords_in_every_form():
+    assert shown("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert "pw" not in shown("host=h user=u password=pw dbname=db")
+    assert shown("postgresql://u@h/db") == "postgresql://u@h/db"
