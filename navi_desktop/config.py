@@ -19,7 +19,6 @@ import difflib
 import math
 import re
 import tomllib
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from typing import Any
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import write_private_atomic
+from navi_desktop.ollama_host import resolve_embedding_host, valid_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
 EMBEDDERS = ("ollama", "local", "none")
@@ -51,12 +51,16 @@ class OllamaSettings:
     timeout_s: float = 120.0
     background_timeout_s: float = 900.0  # one extraction/summary request; nobody waits on it
     reply_max_tokens: int = 4096  # a chat reply is cut here (and says so)
+    embedding_host: str | None = None  # None: NAVI_EMBEDDING_HOST, else the chat host
 
     def effective_host(self, environ: Mapping[str, str] | None = None) -> str:
         """The base URL to connect to (``host``, else ``OLLAMA_HOST``, else the local default)."""
         from navi_desktop.llm.types import resolve_host  # not at import: the app starts faster
 
         return resolve_host(self.host, environ)
+
+    def effective_embedding_host(self, environ: Mapping[str, str] | None = None) -> str:
+        return resolve_embedding_host(self.embedding_host, self.host, environ)
 
 
 @dataclass(frozen=True)
@@ -212,32 +216,15 @@ def _choice(*options: str) -> Callable[[Any], str]:
     return check
 
 
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
-
-
 def _host(value: Any) -> str:
-    reason = f"must be a URL like http://127.0.0.1:11434 or host:port, got {_show(value)}"
-    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
-        raise _Bad(reason)
-    raw = value.strip()
-    scheme, sep, rest = raw.partition("://")
-    if not sep:
-        scheme, rest = "http", raw
-    if scheme not in {"http", "https"} or not rest:
-        raise _Bad(reason)
-    try:
-        split = urllib.parse.urlsplit(f"{scheme}://{rest}")
-        port = split.port  # ValueError when not a number or out of range
-    except ValueError:
-        raise _Bad(reason) from None
-    name = split.hostname or ""
-    if split.query or split.fragment or split.username or split.password:
-        raise _Bad(reason)
-    if not name and port is None:
-        raise _Bad(reason)
-    if port == 0 or not (_HOSTNAME_RE.match(name) or ":" in name):
-        raise _Bad(reason)
-    return raw
+    if (host := valid_host(value)) is None:
+        raise _Bad(f"must be a URL like http://127.0.0.1:11434 or host:port, got {_show(value)}")
+    return host
+
+
+def _optional_host(value: Any) -> str | None:
+    """A host, or None (the fallback) for an empty string: ``embedding_host = ""``."""
+    return None if isinstance(value, str) and not value.strip() else _host(value)
 
 
 def _profile(value: Any) -> str:
@@ -285,6 +272,11 @@ SPECS: dict[str, SettingSpec] = {
             "ollama.host",
             _host,
             "Ollama server URL or host:port; unset: OLLAMA_HOST, else http://127.0.0.1:11434",
+        ),
+        SettingSpec(
+            "ollama.embedding_host",
+            _optional_host,
+            "Ollama server that embeds; unset: NAVI_EMBEDDING_HOST, else the chat host",
         ),
         SettingSpec("ollama.chat_model", _text, "Model that writes the replies"),
         SettingSpec("ollama.embedding_model", _text, "Model that embeds memories for search"),

@@ -1,10 +1,11 @@
-"""Where Ollama is: the host a value such as ``OLLAMA_HOST`` means, and whether this client's
-``OLLAMA_HOST`` is the host the daemon uses. Standard library only, and apart from the LLM
-layer: ``navi chat`` checks the host without loading that layer (~15 ms of its start-up).
+"""Where Ollama is: the host a value such as ``OLLAMA_HOST`` means, which host embeds (it may
+be another machine's, with a GPU), and whether this client's ``OLLAMA_HOST`` is the host the
+daemon uses. Standard library only, and apart from the LLM layer: ``navi chat`` checks the
+host without loading that layer (~15 ms of its start-up).
 
-The daemon is one per user and reads ``OLLAMA_HOST`` once, when it starts; a client started
-later with another ``OLLAMA_HOST`` does not change it. Such a client says so in one line,
-with the ways to change the daemon's host.
+The daemon is one per user and reads ``OLLAMA_HOST`` (and ``NAVI_EMBEDDING_HOST``) once, when
+it starts; a client started later with another ``OLLAMA_HOST`` does not change it. Such a
+client says so in one line, with the ways to change the daemon's host.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 DEFAULT_PORT = 11434
+EMBEDDING_HOST_ENV = "NAVI_EMBEDDING_HOST"
 
 # Addresses a server listens on but a client cannot usefully connect to.
 _UNSPECIFIED = {"0.0.0.0": "127.0.0.1", "::": "::1"}
@@ -55,6 +58,54 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
         pass
     path = split.path.strip("/")
     return f"{scheme}://{name}:{port}" + (f"/{path}" if path else "")
+
+
+def resolve_embedding_host(
+    embedding_host: str | None,
+    chat_host: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The base URL that embeds: ``embedding_host``, else ``NAVI_EMBEDDING_HOST``, else the
+    chat host (as :func:`resolve_host` finds it). The same precedence as the chat host's:
+    the file first, then the environment."""
+    env = os.environ if environ is None else environ
+    raw = (embedding_host or "").strip()
+    return resolve_host(raw, {}) if raw else env_embedding_host(env) or resolve_host(chat_host, env)
+
+
+def env_embedding_host(environ: Mapping[str, str] | None = None) -> str | None:
+    """The host ``NAVI_EMBEDDING_HOST`` names, or None when it is unset or empty."""
+    raw = (os.environ if environ is None else environ).get(EMBEDDING_HOST_ENV, "").strip()
+    return resolve_host(raw, {}) if raw else None
+
+
+_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
+
+
+def valid_host(value: object) -> str | None:
+    """``value`` stripped when it is a host a setting may hold (``http(s)://name[:port][/path]``
+    or ``name:port``), else None."""
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+        return None
+    raw = value.strip()
+    scheme, sep, rest = raw.partition("://")
+    if not sep:
+        scheme, rest = "http", raw
+    if scheme not in {"http", "https"} or not rest:
+        return None
+    try:
+        split = urllib.parse.urlsplit(f"{scheme}://{rest}")
+        port = split.port  # ValueError when not a number or out of range
+    except ValueError:
+        return None
+    name = split.hostname or ""
+    if split.query or split.fragment or split.username or split.password:
+        return None
+    if not name and port is None:
+        return None
+    if port == 0 or not (_HOSTNAME_RE.match(name) or ":" in name):
+        return None
+    return raw
 
 
 def _configured(settings_reply: Mapping[str, Any]) -> str | None:

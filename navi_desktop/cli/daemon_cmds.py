@@ -176,6 +176,9 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
     print(f"running      pid {status['pid']}, up {status['uptime_s']:.0f} s")
     print(f"socket       {sock}")
     print(f"ollama       {ollama['host']} ({state})")
+    if embedding := status.get("embedding_ollama"):  # a separate embedding host
+        state = "reachable" if embedding["reachable"] else f"unreachable: {embedding['error']}"
+        print(f"embeddings   {embedding['host']} ({state})")
     print(f"model        {status['chat_model']} (embeddings: {status['embedding_model']})")
     print(
         f"sessions     {status['open_sessions']} open,"

@@ -91,13 +91,17 @@ async def serve(
 
     @takes(mp.NoParams)
     async def settings_get(params: mp.NoParams, peer: Any) -> dict[str, Any]:
-        from navi_desktop.ollama_host import resolve_host
+        from navi_desktop.ollama_host import env_embedding_host, resolve_host
 
         return {
             "settings": service.settings.to_dict(),
             "errors": service.config_errors,
             # What an unset host means here: OLLAMA_HOST is the daemon's, not the app's.
-            "unset": {"ollama.host": resolve_host(None)},
+            # An unset embedding host: NAVI_EMBEDDING_HOST's, or None for the chat host.
+            "unset": {
+                "ollama.host": resolve_host(None),
+                "ollama.embedding_host": env_embedding_host(),
+            },
         }
 
     @takes(mp.SettingsSet)

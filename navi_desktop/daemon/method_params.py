@@ -110,13 +110,16 @@ class SettingsSet(ProfileParams):
 
 
 class OllamaHost(ProfileParams):
-    """``ollama.models``, ``ollama.test``: another server than the configured one, to try it."""
+    """``ollama.models``, ``ollama.test``: another server than the configured one, to try it;
+    ``embedding``: the configured embedding host instead of the chat host."""
 
     host: Host | None = None
+    embedding: bool = False
 
 
 class OllamaPull(ProfileParams):
     model: ModelName
+    embedding: bool = False  # on the embedding host
 
 
 class Topics(Params):

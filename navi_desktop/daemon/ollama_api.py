@@ -1,7 +1,9 @@
 """``ollama.*`` over the socket: the settings screen's model list, connection test and pulls.
 
 ``host`` (models, test) asks another server than the configured one, so a host can be tried
-before it is saved; errors leave as the backend's one-line ``LLMError`` s, which say what to do.
+before it is saved; ``embedding`` asks the configured embedding host (the chat host unless
+``embedding_host`` names another). Errors leave as the backend's one-line ``LLMError`` s,
+which say what to do.
 """
 
 from __future__ import annotations
@@ -34,21 +36,26 @@ def handlers(service: Service) -> dict[str, Handler]:
 
 
 @asynccontextmanager
-async def _backend(service: Service, host: str | None) -> AsyncIterator[OllamaBackend]:
-    """The configured backend, or a temporary one for ``host`` (closed afterwards)."""
+async def _backend(
+    service: Service, host: str | None, embedding: bool = False
+) -> AsyncIterator[OllamaBackend]:
+    """A configured backend, or a temporary one for ``host`` (closed afterwards)."""
     if host is None:
-        yield service.backend()
+        yield service.embedding_backend() if embedding else service.backend()
         return
     from navi_desktop.llm.backend import OllamaBackend
+    from navi_desktop.llm.errors import EMBEDDING
 
-    async with OllamaBackend(host, timeout=service.settings.ollama.timeout_s) as backend:
+    timeout = service.settings.ollama.timeout_s
+    role = EMBEDDING if embedding else ""  # its errors then name it as the embedding host
+    async with OllamaBackend(host, timeout=timeout, role=role) as backend:
         yield backend
 
 
 @takes(OllamaHost)
 async def models(service: Service, params: OllamaHost, peer: Any) -> dict[str, Any]:
     """The installed models, each with its capabilities (None where the server gave none)."""
-    async with _backend(service, params.host) as backend:
+    async with _backend(service, params.host, params.embedding) as backend:
         listing = await backend.models()
         # Capabilities say which models can chat, call tools or embed (the pickers need it).
         caps = await asyncio.gather(
@@ -56,6 +63,8 @@ async def models(service: Service, params: OllamaHost, peer: Any) -> dict[str, A
         )
         return {
             "host": backend.host,
+            # Where the embedding model must be instead, when another host embeds.
+            "embedding_host": service.ollama.embedding_host(),
             "models": [
                 asdict(m) | {"capabilities": None if isinstance(c, BaseException) else sorted(c)}
                 for m, c in zip(listing, caps, strict=True)
@@ -66,7 +75,7 @@ async def models(service: Service, params: OllamaHost, peer: Any) -> dict[str, A
 @takes(OllamaHost)
 async def test_connection(service: Service, params: OllamaHost, peer: Any) -> dict[str, Any]:
     """A connection test that never fails for an unreachable host: ``error`` says why."""
-    async with _backend(service, params.host) as backend:
+    async with _backend(service, params.host, params.embedding) as backend:
         return health_result(await backend.health())
 
 
@@ -82,11 +91,12 @@ def health_result(health: Health) -> dict[str, Any]:
 
 @takes(OllamaPull)
 async def pull(service: Service, params: OllamaPull, peer: Any) -> dict[str, Any]:
-    """Download a model on the configured server, sending each progress line to the caller
-    as ``ollama.pull.progress``."""
+    """Download a model on the configured server (the embedding host's with ``embedding``),
+    sending each progress line to the caller as ``ollama.pull.progress``."""
     model = params.model
     status = ""
-    async with aclosing(service.backend().pull(model)) as steps:
+    backend = service.embedding_backend() if params.embedding else service.backend()
+    async with aclosing(backend.pull(model)) as steps:
         async for step in steps:
             status = step.status
             await peer.notify(

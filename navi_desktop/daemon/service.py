@@ -17,6 +17,7 @@ from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
+from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
 from navi_desktop.daemon.session_methods import SessionMethods
@@ -47,13 +48,12 @@ class Service(ChatMethods, SessionMethods):
         self.started = time.monotonic()
         self._stores: dict[str, MemoryStore] = {}
         self._opening: dict[str, asyncio.Future[MemoryStore]] = {}
-        self._backend: OllamaBackend | None = None
+        self.ollama = OllamaClients(lambda: self.settings, self._busy, self._spawn)
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._turns: dict[str, asyncio.Task[TurnResult]] = {}
         self._ending: dict[tuple[str, str], asyncio.Task[EndReport]] = {}
         self._incognito: dict[str, IncognitoSession] = {}
         self._background: set[asyncio.Task[Any]] = set()
-        self._health: tuple[float, Health] | None = None  # (when, the last check's result)
         self.gate = IdleGate()  # session ends give way to chat turns
         # Progress of session ends goes to subscribers as it changes (throttled), for the TUI.
         progress = Throttle(self._progress_changed, PROGRESS_EVERY_S, spawn=self._spawn)
@@ -111,34 +111,24 @@ class Service(ChatMethods, SessionMethods):
 
     async def _embed(self, model: str, texts: list[str]) -> list[list[float]]:
         # Looked up per call: a store opened before a host change embeds through the new one.
-        return await self.backend().embed_fn(model, texts)
+        return await self.embedding_backend().embed_fn(model, texts)
 
     def apply_settings(self, new: Settings) -> None:
-        """Take new settings. A new Ollama host or timeout gets a new client at once; turns
-        and session ends under way finish on the old one, which is closed after them."""
+        """Take new settings. A new Ollama host or timeout gets new clients at once; turns
+        and session ends under way finish on the old ones, which are closed after them."""
         old, self.settings = self.settings, new
-        client = ("host", "timeout_s", "background_timeout_s")
-        moved = any(getattr(old.ollama, k) != getattr(new.ollama, k) for k in client)
-        if moved and self._backend is not None:
-            retired, self._backend, self._health = self._backend, None, None
-            self._spawn(self._retire(retired))
+        self.ollama.apply(old, new)
 
-    async def _retire(self, backend: OllamaBackend) -> None:
-        busy = {*self._turns.values(), *self._ending.values()}
-        if busy:
-            await asyncio.wait(busy)  # wait, never cancel: they are not ours to stop
-        await backend.aclose()
+    def _busy(self) -> set[asyncio.Task[Any]]:
+        return {*self._turns.values(), *self._ending.values()}
 
     def backend(self) -> OllamaBackend:
-        if self._backend is None:
-            from navi_desktop.llm.backend import OllamaBackend
+        """The chat host's client: chat, extraction, summaries, pulls."""
+        return self.ollama.chat()
 
-            self._backend = OllamaBackend(
-                self.settings.ollama.host,
-                timeout=self.settings.ollama.timeout_s,
-                background_timeout=self.settings.ollama.background_timeout_s,
-            )
-        return self._backend
+    def embedding_backend(self) -> OllamaBackend:
+        """The client that embeds (the chat host's unless ``embedding_host`` names another)."""
+        return self.ollama.embedding()
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -274,8 +264,7 @@ class Service(ChatMethods, SessionMethods):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self._backend is not None:
-            await self._backend.aclose()
+        await self.ollama.aclose()
         for store in self._stores.values():
             await store.close()
         self._stores.clear()
@@ -337,16 +326,13 @@ class Service(ChatMethods, SessionMethods):
     async def ollama_health(self, max_age_s: float = 0.0) -> Health:
         """Ollama's state: the last check when it is younger than ``max_age_s``, else a new one
         (the daemon's monitor checks every ``OLLAMA_CHECK_S``)."""
-        if self._health is not None and time.monotonic() - self._health[0] < max_age_s:
-            return self._health[1]
-        health = await self.backend().health()
-        self._health = (time.monotonic(), health)
-        return health
+        return await self.ollama.health(max_age_s)
 
     @takes(mp.NoParams)
     async def status(self, params: mp.NoParams, peer: Any) -> dict[str, Any]:
         # The status line asks after every turn: the monitor's last check answers it.
         health = await self.ollama_health(max_age_s=OLLAMA_CHECK_S)
+        embedding = await self.ollama.embedding_health(OLLAMA_CHECK_S)
         pending, reason = 0, None
         for store in self._stores.values():
             try:
@@ -359,6 +345,8 @@ class Service(ChatMethods, SessionMethods):
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started, 1),
             "ollama": ollama_api.health_result(health),
+            # A separate embedding host's state; None when the chat host embeds.
+            "embedding_ollama": None if embedding is None else ollama_api.health_result(embedding),
             "chat_model": self.settings.ollama.chat_model,
             "embedding_model": self.settings.ollama.embedding_model,
             "open_sessions": len(self._timers) + len(self._incognito),

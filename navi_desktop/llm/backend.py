@@ -63,6 +63,7 @@ class OllamaBackend:
     ``background_timeout``: the longest a structured request (extraction, summaries, profile)
     may take; nobody waits on those, and on a CPU they can take minutes (default: ``timeout``).
     ``probe_timeout``: version, model list and model info, which should answer at once.
+    ``role``: "embedding" for a client of a separate embedding host; its errors name it so.
     """
 
     response_error = ollama.ResponseError  # for llm.translate
@@ -79,8 +80,10 @@ class OllamaBackend:
         background_timeout: float | None = None,
         embed_batch_size: int = 64,
         keep_alive: float | str | None = None,
+        role: str = "",
     ) -> None:
         self.host = resolve_host(host)
+        self.role = role
         self.timeout = timeout
         self.background_timeout = timeout if background_timeout is None else background_timeout
         self.connect_timeout = connect_timeout

@@ -9,6 +9,11 @@ from __future__ import annotations
 from navi_desktop.errors import NaviError
 
 _START_HINT = "start it with `ollama serve`, or set the host in settings / OLLAMA_HOST"
+_EMBED_HINT = (
+    "start Ollama there (for other machines: `OLLAMA_HOST=0.0.0.0 ollama serve`), or change"
+    " ollama.embedding_host in settings / NAVI_EMBEDDING_HOST"
+)
+EMBEDDING = "embedding"  # the role of a backend that only embeds, on a host of its own
 
 
 def one_line(text: str, limit: int = 200) -> str:
@@ -24,14 +29,19 @@ class LLMError(NaviError):
 
 
 class OllamaUnreachable(LLMError):
-    """Nothing answers at the configured host (refused, unknown name, connect timeout)."""
+    """Nothing answers at the configured host (refused, unknown name, connect timeout).
+    ``role`` "embedding": the separate host that embeds, named as such."""
 
     kind = "ollama_unreachable"
 
-    def __init__(self, host: str, reason: str = "connection refused") -> None:
+    def __init__(self, host: str, reason: str = "connection refused", role: str = "") -> None:
         self.host = host
         self.reason = reason
-        super().__init__(f"cannot reach Ollama at {host}: {reason} — {_START_HINT}")
+        self.role = role
+        if role == EMBEDDING:
+            super().__init__(f"embedding host {host} unreachable: {reason} — {_EMBED_HINT}")
+        else:
+            super().__init__(f"cannot reach Ollama at {host}: {reason} — {_START_HINT}")
 
 
 class ModelMissing(LLMError):
@@ -39,9 +49,15 @@ class ModelMissing(LLMError):
 
     kind = "model_missing"
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, host: str = "", role: str = "") -> None:
         self.model = model
-        super().__init__(f"model '{model}' is not installed — run `ollama pull {model}`")
+        if role == EMBEDDING:  # the pull must happen on that machine
+            super().__init__(
+                f"model '{model}' is not installed on the embedding host {host} — run"
+                f" `OLLAMA_HOST={host} ollama pull {model}`"
+            )
+        else:
+            super().__init__(f"model '{model}' is not installed — run `ollama pull {model}`")
 
 
 class ToolsUnsupported(LLMError):
@@ -62,12 +78,13 @@ class OllamaTimeout(LLMError):
 
     kind = "ollama_timeout"
 
-    def __init__(self, host: str, operation: str, seconds: float) -> None:
+    def __init__(self, host: str, operation: str, seconds: float, role: str = "") -> None:
         self.host = host
         self.operation = operation
         self.seconds = seconds
+        where = f"embedding host {host}" if role == EMBEDDING else f"Ollama at {host}"
         super().__init__(
-            f"Ollama at {host} timed out after {seconds:g} s during {operation} — "
+            f"{where} timed out after {seconds:g} s during {operation} — "
             "the model may still be loading or the machine is busy; "
             "try again, or raise the timeout in settings"
         )

@@ -25,6 +25,7 @@ class Where(Protocol):
     """The server a call went to (the backend)."""
 
     host: str
+    role: str  # "" (chat and all), or "embedding" for a host that only embeds
     connect_timeout: float
     response_error: type[Exception]  # ollama.ResponseError
 
@@ -60,15 +61,15 @@ def translate(
 ) -> LLMError | None:
     """The :class:`LLMError` for a client, HTTP or timeout exception; None for anything else
     (a bug, raised as it is)."""
-    host = where.host
+    host, role = where.host, where.role
     if isinstance(exc, httpx.ConnectTimeout):
-        return OllamaUnreachable(host, f"no answer within {where.connect_timeout:g} s")
+        return OllamaUnreachable(host, f"no answer within {where.connect_timeout:g} s", role)
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
-        return OllamaTimeout(host, operation, seconds)
+        return OllamaTimeout(host, operation, seconds, role)
     if isinstance(exc, ConnectionError | httpx.ConnectError):
-        return OllamaUnreachable(host, _connect_reason(exc))
+        return OllamaUnreachable(host, _connect_reason(exc), role)
     if isinstance(exc, where.response_error):
-        return _server_error(exc, operation, model)
+        return _server_error(exc, where, operation, model)
     if isinstance(exc, httpx.HTTPStatusError):
         code = exc.response.status_code
         return OllamaError(
@@ -92,14 +93,14 @@ def translate(
     return None
 
 
-def _server_error(exc: Any, operation: str, model: str | None) -> LLMError:
+def _server_error(exc: Any, where: Where, operation: str, model: str | None) -> LLMError:
     message = one_line(str(exc.error), 240)
     lowered = message.lower()
     status = exc.status_code
     if model and "does not support tools" in lowered:
         return ToolsUnsupported(model)
     if model and status == 404 and "not found" in lowered and "model" in lowered:
-        return ModelMissing(model)
+        return ModelMissing(model, where.host, where.role)
     if status == -1:  # an {"error": ...} line in the middle of a stream
         return OllamaError(f"Ollama failed during {operation}: {message}")
     return OllamaError(f"Ollama refused {operation}: {message} (HTTP {status})", status)

@@ -215,10 +215,18 @@ class NaviApp(App[None]):
             self.set_status(missing_models=())
             return
         installed = [m["name"] for m in reply.get("models", [])]
-        wanted = [self.settings.ollama.chat_model]
+        wanted = [(self.settings.ollama.chat_model, installed)]
         if self.settings.memory.embedder == "ollama":
-            wanted.append(self.settings.ollama.embedding_model)
-        missing = tuple(m for m in wanted if not any(same_model(m, i) for i in installed))
+            there = installed
+            if reply.get("embedding_host"):  # another host embeds: the model must be there
+                try:
+                    other = await self.link.call("ollama.models", {"embedding": True})
+                    there = [m["name"] for m in other.get("models", [])]
+                except Exception:  # unreachable: daemon.status says so
+                    there = None
+            if there is not None:
+                wanted.append((self.settings.ollama.embedding_model, there))
+        missing = tuple(m for m, names in wanted if not any(same_model(m, i) for i in names))
         self.set_status(missing_models=missing)
 
     # -- actions -------------------------------------------------------------------------------

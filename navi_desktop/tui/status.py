@@ -46,6 +46,8 @@ def daemon_fields(
         "ollama_host": ollama.get("host"),
         "ollama_reachable": bool(ollama.get("reachable")),
         "ollama_error": ollama.get("error"),
+        # A separate embedding host that does not answer (its error names it and the fix).
+        "embedding_error": (status.get("embedding_ollama") or {}).get("error"),
         "chat_model": status.get("chat_model"),
         "pending": int(status.get("pending_extractions") or 0),
         "last_failure": status.get("last_failure"),
@@ -68,6 +70,7 @@ class Status:
     ollama_host: str | None = None
     ollama_reachable: bool | None = None  # None: not known yet
     ollama_error: str | None = None
+    embedding_error: str | None = None  # a separate embedding host does not answer: why
     chat_model: str | None = None
     missing_models: tuple[str, ...] = ()
     counts: Counts | None = None  # None: not known yet
@@ -113,6 +116,8 @@ class Status:
                 "or set the host in Settings (F4)"
             )
             out.append(f"Ollama is not reachable: {fix}. Memory and settings still work.")
+        if self.embedding_error:
+            out.append(f"Embeddings: {self.embedding_error}. Search uses words only meanwhile.")
         for model in self.missing_models:
             out.append(
                 f"Model {model!r} is not installed in Ollama. Run `ollama pull {model}` "

@@ -18,6 +18,7 @@ NUMBER = "number"  # Input holding a number
 SWITCH = "switch"
 CHOICE = "choice"  # Select of fixed options
 MODEL = "model"  # Select of the models installed in Ollama
+SAME = "same as Host"  # what an empty embedding host means (unless NAVI_EMBEDDING_HOST is set)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ SECTIONS: tuple[tuple[str, tuple[Field, ...]], ...] = (
         (
             Field("ollama.host", "Host", TEXT, optional=True, placeholder="http://127.0.0.1:11434"),
             Field("ollama.chat_model", "Chat model", MODEL),
+            Field("ollama.embedding_host", "Embedding host", TEXT, optional=True, placeholder=SAME),
             Field("ollama.embedding_model", "Embedding model", MODEL),
             Field("ollama.timeout_s", "Timeout (seconds)", NUMBER),
             Field("ollama.reply_max_tokens", "Reply limit (tokens)", INTEGER),

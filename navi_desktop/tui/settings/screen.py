@@ -24,6 +24,9 @@ from navi_desktop.tui.settings.form import SettingsForm
 from navi_desktop.tui.settings.models import ModelNote
 
 HOST = FIELDS["ollama.host"]
+EMBEDDING_HOST = FIELDS["ollama.embedding_host"]
+EMBEDDING_MODEL = FIELDS["ollama.embedding_model"]
+HOSTS = {HOST.key, EMBEDDING_HOST.key}
 NEEDS_SETTINGS = {"save", "revert", "test_connection", "refresh_models"}
 
 
@@ -61,6 +64,7 @@ class SettingsScreen(NaviScreen):
     def __init__(self) -> None:
         super().__init__()
         self.loaded: dict[str, Any] | None = None  # the daemon's settings at the last load
+        self.env_embedding_host: str | None = None  # the daemon's NAVI_EMBEDDING_HOST
         self.config_errors: list[str] = []  # what the daemon found wrong in config.toml
 
     def compose_body(self) -> ComposeResult:
@@ -101,8 +105,10 @@ class SettingsScreen(NaviScreen):
                 self._show_empty(f"The settings could not be loaded: {err}")
             return
         self._apply(reply.get("settings") or {}, reply.get("errors") or [], keep_edits)
-        for key, value in (reply.get("unset") or {}).items():
-            if key in FIELDS:
+        unset = reply.get("unset") or {}
+        self.env_embedding_host = unset.get(EMBEDDING_HOST.key)
+        for key, value in unset.items():
+            if key in FIELDS and value is not None:  # None: the field's own placeholder says
                 self.form.show_unset(FIELDS[key], str(value))
         self.refresh_models()
 
@@ -143,7 +149,7 @@ class SettingsScreen(NaviScreen):
                 self.load()
                 return
             self._apply(params.get("settings") or {}, params.get("errors") or [], keep_edits=True)
-            if "ollama.host" in (params.get("changed") or []):
+            if HOSTS & set(params.get("changed") or []):
                 self.refresh_models()
         elif method == "ollama.pull.progress" and isinstance(params, dict):
             for note in self.form.notes():
@@ -203,7 +209,7 @@ class SettingsScreen(NaviScreen):
         self._apply(reply.get("settings") or {}, self.config_errors, keep_edits=False)
         names = ", ".join(FIELDS[k].label for k in changes)
         self.notify(f"Saved: {names}.", title="Settings")
-        if "ollama.host" in changes:
+        if HOSTS & set(changes):
             self.refresh_models()
 
     def action_revert(self) -> None:
@@ -220,6 +226,15 @@ class SettingsScreen(NaviScreen):
         """(valid, the host to ask): the typed host, or None for the configured one."""
         value, reason = self.form.check(HOST)
         return reason is None, value
+
+    def _embedding_params(self) -> dict[str, Any] | None:
+        """``ollama.models`` parameters for the embedding model's list, or None when the chat
+        host's list serves (the embedding host is empty and NAVI_EMBEDDING_HOST unset)."""
+        value, reason = self.form.check(EMBEDDING_HOST)
+        if reason is not None:
+            return {"embedding": True}  # a typo: the saved embedding host meanwhile
+        host = value or self.env_embedding_host
+        return None if host is None else {"host": host, "embedding": True}
 
     @on(Button.Pressed, "#test")
     def _test_pressed(self) -> None:
@@ -268,27 +283,41 @@ class SettingsScreen(NaviScreen):
             where = reply.get("host") or where
         except Exception as err:  # Ollama down: the pickers keep the current value
             error = str(err)
+        embedding = self.form.note(EMBEDDING_MODEL)
         for note in self.form.notes():
-            note.set_models(installed, where, error)
+            if note is not embedding:
+                note.set_models(installed, where, error)
+        params = self._embedding_params()
+        if params is not None:  # another host embeds: its own list
+            installed, error, where = None, None, params.get("host") or ""
+            try:
+                reply = await self.navi.link.call("ollama.models", params)
+                installed = list(reply.get("models") or [])
+                where = reply.get("host") or where
+            except Exception as err:
+                error = str(err)
+        embedding.set_models(installed, where, error)
 
     @on(ModelNote.PullRequested)
     def _pull_requested(self, event: ModelNote.PullRequested) -> None:
-        if self.form.dirty(HOST):
+        embedding = event.note is self.form.note(EMBEDDING_MODEL)
+        if self.form.dirty(HOST) or (embedding and self.form.dirty(EMBEDDING_HOST)):
             # ollama.pull uses the saved host; pulling elsewhere than the list shows would mislead
             self.notify("Save the new host first: models are pulled on the saved host.")
             return
         self.run_worker(
-            self._pull(event.note, event.model),
+            self._pull(event.note, event.model, embedding),
             group=f"pull-{event.note.id}",
             exclusive=True,
             exit_on_error=False,
         )
 
-    async def _pull(self, note: ModelNote, model: str) -> None:
+    async def _pull(self, note: ModelNote, model: str, embedding: bool = False) -> None:
         note.pull_started(model)
+        params: dict[str, Any] = {"model": model} | ({"embedding": True} if embedding else {})
         try:
             # A pull takes as long as the download does: no time limit on the call.
-            await self.navi.link.call("ollama.pull", {"model": model})
+            await self.navi.link.call("ollama.pull", params)
         except Exception as err:
             self.call_next(note.pull_ended, str(err))
             self.navi.report(err, f"Pulling {model}")
