@@ -1,32 +1,44 @@
-"""Scale benchmark for the memory engine: hybrid search and message-save latency at N memories.
+"""Scale benchmark for the memory engine: hybrid search against the plain alternatives, message
+saves, index load, file size and vector recall at N memories.
 
-    python benchmarks/search_scale.py --memories 100000 --json out.json [--queries 200]
+    python benchmarks/search_scale.py --memories 1000000 --json out.json [--home DIR]
 
-What it does, in a throw-away NAVI_HOME under the temp directory:
+What it does, in a throw-away NAVI_HOME under the temp directory (or ``--home``, kept and
+measured again next time):
 
-1. Builds a synthetic profile of N fact memories (short English facts generated from word
-   lists: categories, subjects that are the user or named people, keys, values that often
-   name places, companies or products) in batches of 1000 (one transaction each), then
-   ``backfill_embeddings(batch=1000)``, all through the engine's public API
-   (``add_memories``).
-2. Hybrid search: Q varied queries (questions about a person, an attribute, free keywords)
-   through ``store.search(query)`` with the embedder active, so all three signals run
-   (FTS5 BM25, vector KNN, entity match) plus RRF fusion and hydration. Reports p50 and p95
-   after a few warm-up queries (the first search loads the in-memory 1-bit index; that
-   one-off cost is reported separately as ``index_load_ms``).
-3. Vector recall: for a sample of queries, the vector signal's top 10 (1-bit coarse scan +
-   exact cosine re-rank) against an exact brute-force cosine top 10 over all memory vectors.
-4. Message save: 1000 ``store.save_message`` calls into one session on the N-memory profile
-   (the hot path: one transaction, FTS row, entity links). Reports p50 and p99.
-5. The size of the database file (plus its WAL) after all of the above.
+1. Builds a synthetic profile of N fact memories (``scale_data.py``) in batches of 1000 (one
+   transaction each), then ``backfill_embeddings(batch=1000)``, all through the engine's public
+   API. The store is then closed and ``os.sync()`` lets the kernel write the build back to
+   disk (timed straight after writing half a gigabyte, saves waited on that write-back);
+   everything below runs on the file opened again, as after a restart. ``open_s`` is the
+   first opening, which upgrades a file an older Navi wrote (``--home``).
+2. Hybrid search: Q varied queries through ``store.search(query)`` with the embedder active,
+   so all three signals run (FTS5 BM25, vector KNN, entity match) plus fusion and hydration.
+   p50 and p95 after a few warm-up queries. The first search loads the in-memory 1-bit index:
+   that one-off cost is ``index_load_ms``.
+3. The plain alternatives, on the same file in the same run: for each of the first B queries,
+   the hybrid search, sqlite-vec's exact search and BM25 alone run back to back (their order
+   rotating), so that whatever else loads the machine falls on all three alike. Each gets
+   p50/p95 and its ratio to the hybrid search's p50/p95 over those same queries.
+   - sqlite-vec's exact search: ``vec_distance_cosine`` over every stored memory vector of the
+     model, ``ORDER BY`` distance ``LIMIT 10`` (a full scan: sqlite-vec's exact KNN over the
+     vectors as the file stores them), the query embedded as for the hybrid search.
+   - FTS5 BM25 alone: ``memories_fts MATCH`` the query's terms joined with OR (the terms the
+     hybrid search starts from), ``ORDER BY rank LIMIT 10``.
+   Neither filters out inactive memories (all of them are active here).
+4. Vector recall@10: for a sample of queries, the vector signal's top 10 (1-bit coarse scan +
+   re-rank of the stored copies) against an exact cosine top 10 over the float vectors of all
+   memories (their texts embedded again, in chunks). The same against sqlite-vec's exact
+   search of step 3 shows what the stored copies alone lose.
+5. Message save: 1000 ``store.save_message`` calls into one session on the N-memory profile
+   (the hot path: one transaction, FTS row, entity links). p50 and p99.
+6. The file (plus its WAL) after all of the above: bytes, bytes per memory, and the tables and
+   indexes that take the most (SQLite's ``dbstat``).
 
-Between building and measuring, ``os.sync()`` lets the kernel write the build back to disk:
-timed straight after writing half a gigabyte, saves waited on that write-back.
-
-The embedder is ``TopicEmbedder`` below, a benchmark-only stand-in for a real model: each
-text's vector is the normalised sum of fixed pseudo-random 768-d vectors for its words, so
-texts that share words are close. It costs about as much per query as a numpy sum (tens of
-microseconds): hybrid latency here includes that and nothing of a real model's inference.
+The embedder is ``TopicEmbedder`` (scale_data.py), a benchmark-only stand-in for a real model:
+each text's vector is the normalised sum of fixed pseudo-random 768-d vectors for its words.
+It costs about as much per query as a numpy sum: latency here includes that and nothing of a
+real model's inference.
 """
 
 from __future__ import annotations
@@ -36,281 +48,34 @@ import asyncio
 import json
 import os
 import random
-import re
 import statistics
 import sys
 import tempfile
 import time
-import zlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import sqlean
+from scale_data import (  # noqa: F401  (re-exported: other benchmarks import them from here)
+    DIM,
+    SEED,
+    TopicEmbedder,
+    fact_batches,
+    people,
+    synthetic_facts,
+    synthetic_messages,
+    synthetic_queries,
+)
 
-from navi_desktop.memory import MemoryStore, NewMemory
+from navi_desktop.memory import MemoryStore
+from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.search_filters import make_filters
+from navi_desktop.memory.textproc import fts_terms
 
-DIM = 768
-SEED = 20240611
-
-# -- synthetic data ---------------------------------------------------------------------------
-
-FIRST = """Maria Alice John Priya Kenji Fatima Lucas Emma Olga Diego Sven Amara Noah Leila Tom
-Hannah Ravi Chen Sofia Marco Ines Yusuf Grace Pavel Zoe Omar Lena Felix Aisha Ben Clara Hugo
-Nadia Ivan Mei Samuel Rosa Tariq Julia Anton""".split()
-LAST = """Lopez Smith Tanaka Novak Okafor Rossi Kowalski Garcia Nguyen Silva Müller Brown
-Haddad Petrov Kim Dubois Jensen Costa Singh Moreau Walsh Ortiz Larsen Fischer Yilmaz Adeyemi
-Bauer Castro Dahl Eriksen Ferreira Gallo Horvat Ito Jovanovic Kaur Lindqvist Mendes Nakamura
-O'Brien Park Quinn Reyes Sato Takahashi Usman Varga Weber Xu Yamada Zhang Abbott Becker Chopra
-Duarte Evans""".split()
-CITIES = """Berlin Lisbon Tokyo Toronto Nairobi Madrid Oslo Seattle Austin Dublin Prague Lagos
-Kyoto Boston Lyon Porto Denver Vienna Seoul Milan""".split()
-COMPANIES = """Acme Globex Initech Umbrella Stark Wayne Hooli Vandelay Soylent Cyberdyne Tyrell
-Aperture Wonka Oscorp Gringotts""".split()
-LANGUAGES = "Python Rust Go TypeScript Haskell Kotlin Java Elixir Zig Swift".split()
-TOOLS = """Neovim Emacs VSCode Docker Kubernetes Postgres SQLite Redis Terraform Git Ansible
-Grafana""".split()
-FOODS = """ramen sushi tacos pho lasagne curry falafel paella dumplings risotto pancakes
-bibimbap""".split()
-HOBBIES = """climbing chess cycling pottery gardening sailing running photography baking
-birdwatching knitting surfing""".split()
-COLORS = "blue green red teal orange purple yellow black".split()
-ANIMALS = "cat dog parrot rabbit hamster tortoise".split()
-PET_NAMES = "Biscuit Luna Pixel Mochi Pepper Ziggy Nala Otto".split()
-CONDITIONS = [
-    "a peanut allergy",
-    "asthma",
-    "a gluten intolerance",
-    "migraines",
-    "hay fever",
-    "a bad knee",
-    "lactose intolerance",
-]
-MUSIC = "jazz techno folk opera punk ambient salsa blues".split()
-BOOKS = """Dune Middlemarch Neuromancer Beloved Solaris Emma Ulysses Foundation""".split()
-PROJECTS = """Atlas Beacon Cobalt Drift Ember Falcon Granite Harbor Iris Juniper""".split()
-ADJ = """reliable fast cheap local quiet open private minimal modern simple""".split()
-RELATIONS = "sister brother manager friend mentor cousin colleague neighbour partner".split()
-
-# category -> [(key, value template)]; fields in braces are drawn from the lists above.
-FACTS: dict[str, list[tuple[str, str]]] = {
-    "profile": [
-        ("home_city", "lives in {city}"),
-        ("hometown", "grew up in {city}"),
-        ("employer", "works at {company}"),
-        ("job_title", "works as a {adj} {lang} engineer"),
-        ("birthday_month", "was born in {month}"),
-        ("native_language", "speaks {tongue} natively"),
-    ],
-    "preferences": [
-        ("favourite_food", "loves {food}"),
-        ("disliked_food", "cannot stand {food}"),
-        ("favourite_color", "favourite colour is {color}"),
-        ("music_taste", "listens to {music} while working"),
-        ("favourite_book", "re-reads {book} every year"),
-        ("editor", "prefers {tool} for editing"),
-        ("coffee_order", "drinks a {adj} flat white every morning"),
-    ],
-    "technical": [
-        ("primary_language", "writes mostly {lang}"),
-        ("deploy_tool", "deploys with {tool}"),
-        ("database_choice", "prefers {tool} for small services"),
-        ("os", "runs {distro} on the laptop"),
-        ("shell", "uses {shell} as the login shell"),
-    ],
-    "projects": [
-        ("current_project", "is building Project {project} in {lang}"),
-        ("project_deadline", "must ship Project {project} by {month}"),
-        ("side_project", "maintains a {adj} {lang} library called {project}"),
-        ("project_stack", "runs Project {project} on {tool}"),
-    ],
-    "relationships": [
-        ("relation_{rel}", "has a {rel} named {first}"),
-        ("pet", "has a {animal} called {pet}"),
-        ("relation_{rel}_city", "visits their {rel} in {city} often"),
-    ],
-    "health": [
-        ("condition", "has {condition}"),
-        ("exercise", "goes {hobby} twice a week"),
-        ("sleep", "sleeps about {hours} hours a night"),
-    ],
-    "other": [
-        ("hobby", "enjoys {hobby} at weekends"),
-        ("travel_plan", "plans a trip to {city} in {month}"),
-        ("learning", "is learning {tongue} on the side"),
-    ],
-}
-MONTHS = """January February March April May June July August September October November
-December""".split()
-TONGUES = "Spanish Japanese German Portuguese Swahili Korean French Italian Polish".split()
-DISTROS = "Fedora Debian Arch NixOS Ubuntu macOS".split()
-SHELLS = "zsh fish bash nushell".split()
-
-
-def _fill(template: str, rng: random.Random) -> str:
-    pools = {
-        "city": CITIES,
-        "company": COMPANIES,
-        "lang": LANGUAGES,
-        "tool": TOOLS,
-        "food": FOODS,
-        "hobby": HOBBIES,
-        "color": COLORS,
-        "animal": ANIMALS,
-        "pet": PET_NAMES,
-        "condition": CONDITIONS,
-        "music": MUSIC,
-        "book": BOOKS,
-        "project": PROJECTS,
-        "adj": ADJ,
-        "rel": RELATIONS,
-        "first": FIRST,
-        "month": MONTHS,
-        "tongue": TONGUES,
-        "distro": DISTROS,
-        "shell": SHELLS,
-        "hours": [str(h) for h in range(5, 10)],
-    }
-    return re.sub(r"\{(\w+)\}", lambda m: rng.choice(pools[m.group(1)]), template)
-
-
-def people() -> list[str]:
-    return [f"{f} {ln}" for f in FIRST for ln in LAST]  # 2400 named people
-
-
-def synthetic_facts(n: int, rng: random.Random) -> list[NewMemory]:
-    """n facts with distinct (subject, key), so none supersedes another."""
-    subjects = ["user", *people()]
-    keyed: list[tuple[str, str, str]] = []  # (category, key, template)
-    for category, entries in FACTS.items():
-        for key, template in entries:
-            if "{rel}" in key:  # one key per relation: relation_sister, relation_brother, ...
-                for rel in RELATIONS:
-                    keyed.append(
-                        (category, key.replace("{rel}", rel), template.replace("{rel}", rel))
-                    )
-            else:
-                keyed.append((category, key, template))
-    combos = len(subjects) * len(keyed)
-    if n > combos:
-        raise SystemExit(f"at most {combos} distinct facts can be generated, asked for {n}")
-    picks = rng.sample(range(combos), n)
-    out = []
-    for p in picks:
-        subject = subjects[p // len(keyed)]
-        category, key, template = keyed[p % len(keyed)]
-        # The value names its subject, as extracted facts do; it also keeps texts distinct.
-        who = "The user" if subject == "user" else subject
-        out.append(
-            NewMemory(
-                value=f"{who} {_fill(template, rng)}",
-                category=category,
-                subject=subject,
-                key=key,
-                source="conversation",
-                confidence=round(rng.uniform(0.6, 1.0), 2),
-            )
-        )
-    return out
-
-
-QUESTIONS = [
-    "where does {person} live",
-    "what does {person} do for work",
-    "what food does {person} like",
-    "who is {person}'s {rel}",
-    "does {person} have any allergies",
-    "what is my favourite colour",
-    "which editor do I prefer",
-    "what am I building in {lang}",
-    "when is the Project {project} deadline",
-    "who works at {company}",
-    "people in {city}",
-    "{food} recommendations",
-    "how do we deploy with {tool}",
-    "my {rel} in {city}",
-    "{person}",
-    "{lang} {tool} setup",
-    "trip to {city} in {month}",
-    "what does {person} listen to while working",
-    "is anyone learning {tongue}",
-    "pet {animal} name",
-]
-
-
-def synthetic_queries(q: int, rng: random.Random) -> list[str]:
-    folks = people()
-    out = []
-    for i in range(q):
-        template = QUESTIONS[i % len(QUESTIONS)].replace("{person}", rng.choice(folks))
-        out.append(_fill(template, rng))
-    rng.shuffle(out)
-    return out
-
-
-MESSAGES = [
-    "can you remind me what {person} said about Project {project}?",
-    "I'm flying to {city} in {month}, any tips?",
-    "the {tool} deploy failed again with a timeout",
-    "let's rewrite the parser in {lang}",
-    "ok thanks, that worked",
-    "{person} recommended a {food} place near the office",
-    "what's the command to list {tool} containers",
-    "I had {food} for lunch, it was great",
-]
-
-
-def synthetic_messages(n: int, rng: random.Random) -> list[tuple[str, str]]:
-    folks = people()
-    out = []
-    for i in range(n):
-        role = "user" if i % 2 == 0 else "assistant"
-        text = _fill(rng.choice(MESSAGES).replace("{person}", rng.choice(folks)), rng)
-        if role == "assistant":
-            text = f"Sure, about that: {text.rstrip('?.')}. Here is what I found in my notes."
-        out.append((role, text))
-    return out
-
-
-# -- embedder ---------------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"\w+")
-
-
-class TopicEmbedder:
-    """Deterministic bag-of-words embedder: normalised sum of a fixed random vector per word.
-
-    Benchmark-only (implements the ``Embedder`` protocol). Texts sharing words are close, so
-    the vector signal has real neighbours to find; a word's vector comes from its CRC32 seed.
-    """
-
-    model = "bench/topic-768"
-
-    def __init__(self, dim: int = DIM) -> None:
-        self.dim = dim
-        self._vocab: dict[str, np.ndarray] = {}
-
-    def _word(self, word: str) -> np.ndarray:
-        vec = self._vocab.get(word)
-        if vec is None:
-            rng = np.random.default_rng(zlib.crc32(word.encode()))
-            vec = rng.standard_normal(self.dim).astype(np.float32)
-            self._vocab[word] = vec
-        return vec
-
-    def embed_sync(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, text in enumerate(texts):
-            for word in _TOKEN.findall(text.casefold()):
-                out[i] += self._word(word)
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        return out / norms
-
-    async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
-        return self.embed_sync(texts)
-
+K = 10
 
 # -- measuring --------------------------------------------------------------------------------
 
@@ -322,15 +87,19 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def build(store: MemoryStore, n: int, rng: random.Random) -> dict[str, float | None]:
-    facts = synthetic_facts(n, rng)
     t0 = time.perf_counter()
-    for start in range(0, n, 1000):
-        results = await store.add_memories(facts[start : start + 1000], actor="bench")
+    added = 0
+    for batch in fact_batches(n, rng):
+        results = await store.add_memories(batch, actor="bench")
         assert all(r.action == "added" for r in results), "synthetic facts must not collide"
-        if start and start % 10000 == 0:
-            print(f"  added {start} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
+        added += len(batch)
+        if added % 50_000 == 0:
+            print(f"  added {added} ({time.perf_counter() - t0:.0f}s)", file=sys.stderr)
     t1 = time.perf_counter()
-    embedded = await store.backfill_embeddings(batch=1000)
+    embedded = 0
+    while got := await store.backfill_embeddings(batch=1000, limit=50_000):
+        embedded += got
+        print(f"  embedded {embedded} ({time.perf_counter() - t1:.0f}s)", file=sys.stderr)
     t2 = time.perf_counter()
     assert embedded == n, (embedded, n)
     return {"add_s": t1 - t0, "embed_s": t2 - t1, "build_s": t2 - t0}
@@ -351,26 +120,107 @@ async def time_search(store: MemoryStore, queries: list[str]) -> tuple[list[floa
     return times, load_ms
 
 
-async def vector_recall(
-    store: MemoryStore, embedder: TopicEmbedder, queries: list[str], k: int = 10
-) -> float:
-    """Mean recall@k of the vector signal (coarse + re-rank) against exact brute force."""
-    async with store.db.reading():
-        rows = await store.db.fetchall(
-            "SELECT memory_id, vector FROM embeddings WHERE memory_id IS NOT NULL AND model = ?",
-            (embedder.model,),
+class Plain:
+    """The alternatives a reader would compare with, each a plain query on a read connection
+    (as the engine's own signals run: ``Database.read``, in a worker thread)."""
+
+    def __init__(self, store: MemoryStore, embedder: TopicEmbedder, form: str) -> None:
+        self.store, self.embedder = store, embedder
+        self.form = form  # how sqlite-vec reads the stored vectors: vec_f32 or vec_int8
+        self.found: dict[str, list[int]] = {}  # query -> the exact search's top K
+
+    @classmethod
+    async def open(cls, store: MemoryStore, embedder: TopicEmbedder) -> Plain:
+        async with store.db.reading():
+            row = await store.db.fetchone(
+                "SELECT length(vector), dim FROM embeddings WHERE model = ? LIMIT 1",
+                (embedder.model,),
+            )
+        return cls(store, embedder, "vec_f32" if row[0] == 4 * row[1] else "vec_int8")
+
+    def query_blob(self, vector: np.ndarray) -> bytes:
+        if self.form == "vec_f32":
+            return vector.astype(np.float32).tobytes()
+        scaled = np.round(vector / max(float(np.abs(vector).max()), 1e-12) * 127)
+        return scaled.astype(np.int8).tobytes()
+
+    async def exact(self, query: str) -> None:
+        vector = (await self.embedder.embed([query], query=True))[0]
+        sql = (
+            "SELECT memory_id FROM embeddings WHERE model = ? AND memory_id IS NOT NULL"
+            f" ORDER BY vec_distance_cosine({self.form}(vector), {self.form}(?)) LIMIT {K}"
         )
-    ids = np.array([r[0] for r in rows])
-    matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
+        params = (self.embedder.model, self.query_blob(vector))
+        rows = await self.store.db.read(lambda conn: conn.execute(sql, params).fetchall())
+        self.found[query] = [r[0] for r in rows]
+
+    async def bm25(self, query: str) -> None:
+        match = " OR ".join(fts_terms(query))
+        sql = f"SELECT rowid FROM memories_fts WHERE memories_fts MATCH ? ORDER BY rank LIMIT {K}"
+        await self.store.db.read(lambda conn: conn.execute(sql, (match,)).fetchall())
+
+    async def hybrid(self, query: str) -> None:
+        await self.store.search(query)
+
+
+async def compare(plain: Plain, queries: list[str]) -> dict[str, list[float]]:
+    """Each query through each method back to back, the order rotating per query."""
+    runs: dict[str, Callable[[str], Awaitable[None]]] = {
+        "hybrid": plain.hybrid,
+        "exact_knn": plain.exact,
+        "bm25_alone": plain.bm25,
+    }
+    for run in runs.values():  # the first full scan reads the whole table into the cache
+        await run(queries[-1])
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    names = list(runs)
+    for i, q in enumerate(queries):
+        for name in names[i % 3 :] + names[: i % 3]:
+            t0 = time.perf_counter()
+            await runs[name](q)
+            times[name].append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+async def exact_top(store: MemoryStore, embedder: TopicEmbedder, queries: list[str]) -> list[set]:
+    """The exact cosine top K of each query over the float vectors of all embedded memories:
+    their texts embedded again in chunks (the file may hold only quantised copies)."""
+    qv = embedder.embed_sync(queries)  # (Q, dim)
+    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
+    best_sims = np.zeros((len(queries), 0), dtype=np.float32)
+    last = 0
+    while True:
+        async with store.db.reading():
+            rows = await store.db.fetchall(
+                "SELECT m.* FROM memories m WHERE m.id > ? AND EXISTS (SELECT 1 FROM embeddings"
+                " e WHERE e.memory_id = m.id AND e.model = ?) ORDER BY m.id LIMIT 20000",
+                (last, embedder.model),
+            )
+        if not rows:
+            break
+        last = rows[-1]["id"]
+        ids = np.array([r["id"] for r in rows], dtype=np.int64)
+        sims = qv @ embedder.embed_sync([memory_text(r) for r in rows]).T  # (Q, chunk)
+        all_sims = np.concatenate([best_sims, sims], axis=1)
+        all_ids = np.concatenate([best_ids, np.broadcast_to(ids, sims.shape)], axis=1)
+        top = np.argsort(-all_sims, axis=1, kind="stable")[:, :K]
+        best_sims = np.take_along_axis(all_sims, top, axis=1)
+        best_ids = np.take_along_axis(all_ids, top, axis=1)
+    return [set(row.tolist()) for row in best_ids]
+
+
+async def vector_recall(
+    store: MemoryStore, embedder: TopicEmbedder, queries: list[str], truth: list[set]
+) -> float:
+    """Mean recall@K of the vector signal (coarse scan + re-rank) against ``truth``."""
     # The vector signal on its own (engine internals): store.search fuses it with the others.
     filters = make_filters(None, None, None, None, None, False)
     recalls = []
-    for q in queries:
+    for q, exact in zip(queries, truth, strict=True):
         vec = embedder.embed_sync([q])[0]
-        exact = set(ids[np.argsort(-(matrix @ vec), kind="stable")[:k]].tolist())
         knn = partial(store._knn, await store._codes(vec), vec, filters)
-        got = {key[1] for key, _ in (await store.db.read(knn))[:k]}
-        recalls.append(len(exact & got) / k)
+        got = {key[1] for key, _ in (await store.db.read(knn))[:K]}
+        recalls.append(len(exact & got) / K)
     return float(np.mean(recalls))
 
 
@@ -384,53 +234,175 @@ async def time_saves(store: MemoryStore, count: int, rng: random.Random) -> list
     return times
 
 
-async def run(n: int, q: int, saves: int, recall_sample: int, home: Path | None) -> dict:
-    rng = random.Random(SEED)
-    with tempfile.TemporaryDirectory(prefix="navi-bench-") as tmp:
-        os.environ["NAVI_HOME"] = str(home or tmp)
-        embedder = TopicEmbedder()
-        store = await MemoryStore.open_profile("bench", embedder=embedder)
-        try:
-            existing = (await store.stats())["memories"].get("fact", {}).get("active", 0)
-            if existing == n:  # a kept profile (--home): measure it again, skip the build
-                print(f"reusing the {n} memories in {home}", file=sys.stderr)
-                timings = {"add_s": None, "embed_s": None, "build_s": None}
-                synthetic_facts(n, rng)  # keep the random stream as in a fresh run
-            elif existing:
-                raise SystemExit(f"{home} holds {existing} memories, not {n}: use another --home")
-            else:
-                print(f"building {n} memories ...", file=sys.stderr)
-                timings = await build(store, n, rng)
-                # Half a gigabyte was just written: let the kernel finish writing it back, or
-                # the timings below measure the disk under that load (saves, p99 7.6 ms).
-                os.sync()
-            queries = synthetic_queries(q, rng)
-            search_ms, load_ms = await time_search(store, queries)
-            recall = await vector_recall(store, embedder, queries[:recall_sample])
-            save_ms = await time_saves(store, saves, rng)
-            db_path = store.path
-        finally:
-            await store.close()  # checkpoints the WAL into the file
-        size = sum(p.stat().st_size for p in (db_path, Path(f"{db_path}-wal")) if p.exists())
+def evict(path: Path) -> None:
+    """Drop the file's pages from the OS page cache (clean after os.sync), as a restart of the
+    machine would: the index then loads from the disk."""
+    for name in (path, Path(f"{path}-wal")):
+        if name.exists():
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def largest(path: Path, top: int = 6) -> dict[str, int]:
+    """Bytes of the largest tables and indexes (dbstat, one row per b-tree)."""
+    conn = sqlean.connect(str(path))
+    try:
+        rows = conn.execute(
+            "SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE ORDER BY pgsize DESC LIMIT ?",
+            (top,),
+        ).fetchall()
+    finally:
+        conn.close()
+    return {name: size for name, size in rows}
+
+
+def summary(times: list[float], hybrid: list[float]) -> dict[str, float]:
+    p50, p95 = statistics.median(times), pct(times, 95)
     return {
-        "memories": n,
+        "ms_p50": round(p50, 2),
+        "ms_p95": round(p95, 2),
+        "vs_hybrid_p50": round(p50 / statistics.median(hybrid), 2),
+        "vs_hybrid_p95": round(p95 / pct(hybrid, 95), 2),
+    }
+
+
+async def measure(store: MemoryStore, embedder: TopicEmbedder, args: Any, rng: random.Random):
+    n = args.memories
+    queries = synthetic_queries(args.queries, rng, n)
+    search_ms, load_ms = await time_search(store, queries)
+    plain = await Plain.open(store, embedder)
+    paired = await compare(plain, queries[: args.baseline_queries])
+    sample = queries[: args.recall_sample]
+    truth = await exact_top(store, embedder, sample)
+    recall = await vector_recall(store, embedder, sample, truth)
+    overlap = [(plain.found[q], t) for q, t in zip(sample, truth, strict=True) if q in plain.found]
+    stored = np.mean([len(set(f) & t) / K for f, t in overlap]) if overlap else None
+    save_ms = await time_saves(store, args.saves, rng)
+    hybrid, t = paired["hybrid"], store.tuning
+    return {
         "hybrid_ms_p50": round(statistics.median(search_ms), 2),
         "hybrid_ms_p95": round(pct(search_ms, 95), 2),
         "save_ms_p50": round(statistics.median(save_ms), 3),
         "save_ms_p99": round(pct(save_ms, 99), 3),
-        "file_bytes": size,
         "hybrid_ms_max": round(max(search_ms), 2),
         "save_ms_max": round(max(save_ms), 3),
-        "queries": q,
-        "saves": saves,
+        "queries": len(queries),
+        "saves": len(save_ms),
         "index_load_ms": round(load_ms, 1),
         "vector_recall_at_10": round(recall, 3),
-        "recall_sample": min(recall_sample, q),
-        "vector_candidates": store.tuning.rerank,  # read in full for the exact re-rank
+        "recall_sample": len(sample),
+        # Candidates read for the re-rank (a share of the index since int8 copies).
+        "vector_candidates": max(t.rerank, int(n * getattr(t, "rerank_share", 0))),
+        "same_queries": {
+            "queries": len(hybrid),
+            "hybrid": {
+                "ms_p50": round(statistics.median(hybrid), 2),
+                "ms_p95": round(pct(hybrid, 95), 2),
+            },
+            "exact_knn": summary(paired["exact_knn"], hybrid),
+            "bm25_alone": summary(paired["bm25_alone"], hybrid),
+        },
+        "exact_knn_method": f"sqlite-vec vec_distance_cosine({plain.form}) full scan, LIMIT {K}",
+        "exact_knn_recall_at_10": None if stored is None else round(float(stored), 3),
+        "exact_knn_recall_sample": len(overlap),
+    }
+
+
+async def build_or_reuse(store: MemoryStore, n: int, home: Path | None, rng: random.Random):
+    existing = (await store.stats())["memories"].get("fact", {}).get("active", 0)
+    if existing == n:  # a kept profile (--home): measure it again, skip the build
+        print(f"reusing the {n} memories in {home}", file=sys.stderr)
+        for _ in fact_batches(n, rng):  # keep the random stream as in a fresh run
+            pass
+        return {"add_s": None, "embed_s": None, "build_s": None}
+    if existing:
+        raise SystemExit(f"{home} holds {existing} memories, not {n}: use another --home")
+    print(f"building {n} memories ...", file=sys.stderr)
+    return await build(store, n, rng)
+
+
+async def run(args: Any) -> dict:
+    n, home = args.memories, args.home
+    rng = random.Random(SEED)
+    with tempfile.TemporaryDirectory(prefix="navi-bench-") as tmp:
+        os.environ["NAVI_HOME"] = str(home or tmp)
+        embedder = TopicEmbedder()
+        t0 = time.perf_counter()
+        store = await MemoryStore.open_profile("bench", embedder=embedder)
+        open_s = time.perf_counter() - t0  # with the upgrade of a file an older Navi wrote
+        try:
+            timings = await build_or_reuse(store, n, home, rng)
+        finally:
+            await store.close()  # checkpoints the WAL into the file
+        os.sync()  # see the module's docstring
+        if args.cold:
+            evict(store.path)
+        result: dict[str, Any] = {}
+        if not args.build_only:
+            # Opened again, as after a restart: the first search loads the 1-bit index.
+            async with await MemoryStore.open_profile("bench", embedder=embedder) as store:
+                result = await measure(store, embedder, args, rng)
+        db_path = store.path
+        files = (db_path, Path(f"{db_path}-wal"))
+        size = sum(p.stat().st_size for p in files if p.exists())
+        tables = largest(db_path)
+    return {
+        "memories": n,
+        **result,
+        "file_bytes": size,
+        "bytes_per_memory": round(size / n),
+        "largest_bytes": tables,
+        "open_s": round(open_s, 1),
+        "cold_cache": args.cold,
         **{k: None if v is None else round(v, 1) for k, v in timings.items()},
         "embedder": f"{TopicEmbedder.model} (bag of random word vectors; query cost ~numpy sum)",
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def report(result: dict) -> str:
+    built = (
+        f"built in {result['build_s']}s (add {result['add_s']}s, embed {result['embed_s']}s)"
+        if result["build_s"] is not None
+        else "reused"
+    )
+    lines = [
+        f"{result['memories']} memories, {built}, file {result['file_bytes'] / 1e6:.1f} MB"
+        f" ({result['bytes_per_memory']} bytes per memory); first opening {result['open_s']}s"
+    ]
+    if "hybrid_ms_p50" in result:
+        same = result["same_queries"]
+        lines += [
+            f"hybrid search: p50 {result['hybrid_ms_p50']} ms, p95 {result['hybrid_ms_p95']} ms"
+            f" over {result['queries']} queries (first search, index load:"
+            f" {result['index_load_ms']} ms)",
+            f"same {same['queries']} queries, back to back: hybrid p50"
+            f" {same['hybrid']['ms_p50']} ms, p95 {same['hybrid']['ms_p95']} ms",
+        ]
+        for name, label in (("exact_knn", "sqlite-vec exact"), ("bm25_alone", "BM25 alone")):
+            s = same[name]
+            lines.append(
+                f"  {label}: p50 {s['ms_p50']} ms ({s['vs_hybrid_p50']}x hybrid),"
+                f" p95 {s['ms_p95']} ms ({s['vs_hybrid_p95']}x hybrid)"
+            )
+        lines += [
+            f"  ({result['exact_knn_method']})",
+            f"message save:  p50 {result['save_ms_p50']} ms, p99 {result['save_ms_p99']} ms"
+            f" over {result['saves']} saves",
+            f"vector recall@10 vs exact cosine: {result['vector_recall_at_10']}"
+            f" ({result['recall_sample']} queries, {result['vector_candidates']} re-ranked"
+            f" candidates); sqlite-vec exact over the stored vectors:"
+            f" {result['exact_knn_recall_at_10']} ({result['exact_knn_recall_sample']} queries)",
+        ]
+    top = ", ".join(f"{k} {v / 1e6:.0f} MB" for k, v in result["largest_bytes"].items())
+    lines += [
+        f"largest: {top}",
+        f"embedder: {result['embedder']}; load average {result['load_avg']}",
+    ]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -438,34 +410,35 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--memories", type=int, required=True, help="fact memories to build")
     parser.add_argument("--json", type=Path, required=True, help="where to write the results")
     parser.add_argument("--queries", type=int, default=200, help="hybrid searches to time")
+    parser.add_argument(
+        "--baseline-queries",
+        type=int,
+        default=30,
+        help="queries timed through the plain alternatives too",
+    )
     parser.add_argument("--saves", type=int, default=1000, help="messages to save and time")
     parser.add_argument("--recall-sample", type=int, default=50, help="queries for recall@10")
     parser.add_argument(
         "--home", type=Path, help="keep the profile in this NAVI_HOME and reuse it next time"
     )
-    args = parser.parse_args(argv)
-    result = asyncio.run(
-        run(args.memories, args.queries, args.saves, args.recall_sample, args.home)
+    parser.add_argument(
+        "--build-only", action="store_true", help="build the profile into --home, measure nothing"
     )
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="measure from a cold page cache (the file's pages dropped before it is opened)",
+    )
+    args = parser.parse_args(argv)
+    if args.build_only and args.home is None:
+        parser.error("--build-only needs --home (a profile to keep)")
+    for name in ("memories", "queries", "baseline_queries", "saves", "recall_sample"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    result = asyncio.run(run(args))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
-    built = (
-        f"built in {result['build_s']}s (add {result['add_s']}s, embed {result['embed_s']}s)"
-        if result["build_s"] is not None
-        else "reused"
-    )
-    print(
-        f"{result['memories']} memories, {built}, file {result['file_bytes'] / 1e6:.1f} MB\n"
-        f"hybrid search: p50 {result['hybrid_ms_p50']} ms, p95 {result['hybrid_ms_p95']} ms"
-        f" over {result['queries']} queries (first search, index load:"
-        f" {result['index_load_ms']} ms)\n"
-        f"message save:  p50 {result['save_ms_p50']} ms, p99 {result['save_ms_p99']} ms"
-        f" over {result['saves']} saves\n"
-        f"vector recall@10 vs brute force: {result['vector_recall_at_10']}"
-        f" ({result['recall_sample']} queries,"
-        f" {result['vector_candidates']} re-ranked candidates)\n"
-        f"embedder: {result['embedder']}; load average {result['load_avg']}"
-    )
+    print(report(result))
 
 
 if __name__ == "__main__":

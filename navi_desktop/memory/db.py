@@ -73,6 +73,10 @@ class Database:
     # log are slower than reads of the memory-mapped file.
     CHECKPOINT_EVERY = 200
     CHECKPOINT_CHANGES = 20_000
+    # A passive checkpoint never catches up with a stream of commits (a bulk import): the log
+    # grew to 3.4 GB by 350k memories, and every read slowed with it. Past this size the next
+    # checkpoint waits for the writer (once) and empties the log.
+    CHECKPOINT_TRUNCATE_BYTES = 64 << 20
     # How often a write looks whether the daily backup is due (a folder listing).
     BACKUP_CHECK_S = 3600.0
 
@@ -181,7 +185,9 @@ class Database:
         conn = sqlean.connect(str(self.path), isolation_level=None)
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            wal = Path(f"{self.path}-wal")
+            big = wal.exists() and wal.stat().st_size > self.CHECKPOINT_TRUNCATE_BYTES
+            conn.execute(f"PRAGMA wal_checkpoint({'TRUNCATE' if big else 'PASSIVE'})")
         except sqlean.Error:
             pass  # the next checkpoint or close() catches up
         finally:

@@ -199,8 +199,11 @@ def _integrity(conn: sqlean.Connection, report: Report) -> None:
 
 
 def _vectors(conn: sqlean.Connection, report: Report) -> None:
+    # A vector is an int8 copy (dim bytes) from step 0013 on, float32 before it (vectors.py).
+    int8 = conn.execute("SELECT 1 FROM schema_migrations WHERE name = '0013_int8_vectors'")
+    size = "dim" if int8.fetchone() else "dim * 4"
     rows = conn.execute(
-        "SELECT model, dim, count(*), sum(length(vector) != dim * 4"
+        f"SELECT model, dim, count(*), sum(length(vector) != {size}"
         " OR length(bits) != (dim + 7) / 8),"
         " sum(memory_id IS NOT NULL AND memory_id NOT IN (SELECT id FROM memories)),"
         " sum(message_id IS NOT NULL AND message_id NOT IN (SELECT id FROM messages))"

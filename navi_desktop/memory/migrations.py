@@ -17,6 +17,7 @@ import sqlean
 from navi_desktop.errors import ProfileTooNew
 from navi_desktop.memory.db import APPLICATION_ID, Database
 from navi_desktop.memory.documents import memory_document, message_documents
+from navi_desktop.memory.vectors import int8_from_float32
 
 Step = Callable[[Database], Awaitable[None]]
 
@@ -315,6 +316,39 @@ async def m0012_expiry_and_verification(db: Database) -> None:
     )
 
 
+async def m0013_int8_vectors(db: Database) -> None:
+    # Vectors are kept as int8 copies (vectors.py), a quarter of float32's size. The table is
+    # copied (ids kept) rather than updated in place: a row made smaller in place keeps its
+    # page (a float32 row filled one), so the file would keep the float32 size for good; the
+    # old table's pages become free pages that later writes reuse.
+    sql = await db.scalar("SELECT sql FROM sqlite_schema WHERE name = 'embeddings'")
+    indexes = await db.fetchall(
+        "SELECT sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'embeddings'"
+        " AND sql IS NOT NULL"
+    )
+    await db.execute(sql.replace("embeddings", "embeddings_int8", 1))
+    last = 0
+    while rows := await db.fetchall(
+        "SELECT * FROM embeddings WHERE id > ? ORDER BY id LIMIT 5000", (last,)
+    ):
+        last = rows[-1]["id"]
+        floats = [i for i, r in enumerate(rows) if len(r["vector"]) == r["dim"] * 4]
+        vectors = [r["vector"] for r in rows]  # another length: copied as it is (doctor)
+        for i, code in zip(floats, int8_from_float32([vectors[i] for i in floats]), strict=True):
+            vectors[i] = code
+        columns = rows[0].keys()
+        at = columns.index("vector")
+        await db.executemany(
+            f"INSERT INTO embeddings_int8 ({', '.join(columns)})"
+            f" VALUES ({', '.join('?' * len(columns))})",
+            [(*r[:at], vec, *r[at + 1 :]) for r, vec in zip(rows, vectors, strict=True)],
+        )
+    await db.execute("DROP TABLE embeddings")
+    await db.execute("ALTER TABLE embeddings_int8 RENAME TO embeddings")
+    for index in indexes:
+        await db.execute(index["sql"])
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -328,6 +362,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0010_reply_feedback", m0010_reply_feedback),
     ("0011_entity_types_and_aliases", m0011_entity_types_and_aliases),
     ("0012_expiry_and_verification", m0012_expiry_and_verification),
+    ("0013_int8_vectors", m0013_int8_vectors),
 ]
 # Steps that rebuild a table: foreign keys are off around them (a transaction ignores the pragma).
 NO_FOREIGN_KEYS = {"0008_memory_ids_never_reused"}

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import sqlean
 
 from navi_desktop.errors import InvalidInput
@@ -23,7 +22,7 @@ from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
 from navi_desktop.memory.rerank import boost_named_and_dated, boost_sessions
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
-from navi_desktop.memory.vectors import Codes, sign_bits
+from navi_desktop.memory.vector_search import VectorSearchOps
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -58,7 +57,11 @@ class Tuning:
         ("session", 1.0),
     )
     depth: int = 100  # candidates taken from each signal
-    rerank: int = 200  # vector candidates read in full for the exact cosine re-rank
+    # Vector candidates whose int8 copies are read for the cosine re-rank: ``rerank``, or this
+    # share of the index when that is more. Near neighbours crowd closer as an index grows:
+    # at 1M memories the best 200 by the 1-bit codes held 84% of the exact top 10.
+    rerank: int = 200
+    rerank_share: float = 0.0016
     memory_columns: tuple[float, float] = (1.0, 0.5)  # text, evidence
     message_columns: tuple[float, float] = (1.0, 0.5)  # body, previous turn
     # Hits only the vector signal found: kept from this cosine up (None: the tuned value for
@@ -88,7 +91,7 @@ def _within_budget(counted: Sequence[tuple[int, Any]], budget: int) -> list[tupl
     return kept
 
 
-class SearchOps:
+class SearchOps(VectorSearchOps):
     tuning: Tuning = Tuning()
     # (connection, table) -> ((data_version, total_changes), rows), see _count
     _counts: dict[tuple[sqlean.Connection, str], tuple[tuple[int, int], int]]
@@ -140,17 +143,6 @@ class SearchOps:
         except Exception as exc:  # an unreachable model must not break text search
             log.warning("query embedding failed, searching text only: %s", exc)
             return None
-
-    async def _codes(self: MemoryStore, vector: Any) -> Codes | None:
-        """The coarse index's codes as they are now, when they can answer ``vector``."""
-        if vector is None:
-            return None
-        async with self.db.reading():
-            index = await self._bit_index()
-        if index is None or index.dim != len(vector):
-            return None
-        codes = index.snapshot()
-        return codes if len(codes) else None
 
     # The signals below are plain functions of a read connection, run in a worker thread.
 
@@ -237,33 +229,6 @@ class SearchOps:
             count = conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             cached = self._counts[(conn, table)] = (stamp, count)
         return cached[1]
-
-    def _knn(
-        self, codes: Codes, vector: Any, f: Filters, conn: sqlean.Connection
-    ) -> list[tuple[Key, float]]:
-        t = self.tuning
-        query_bits = sign_bits(vector).tobytes()
-        query = np.asarray(vector, dtype=np.float32)
-        hits: list[tuple[Key, float]] = []
-        for target, where, params in f.targets():
-            ids = codes.candidates(query_bits, t.rerank, target.owner, query)
-            if not ids:
-                continue
-            table, alias, column = target.table, target.alias, target.column
-            # CROSS JOIN pins the join order: look the candidates up by primary key, then
-            # their owners. Left to itself, the planner may scan the owners through the
-            # filters' index (without ANALYZE statistics it did: ~50 ms at 100k memories).
-            # The exact re-rank is sqlite-vec's cosine distance over the stored float32 vectors.
-            rows = conn.execute(
-                f"SELECT {alias}.id, 1 - vec_distance_cosine(e.vector, ?) AS sim"
-                f" FROM embeddings e CROSS JOIN {table} {alias} ON {alias}.id = e.{column}"
-                f" WHERE e.id IN ({','.join('?' * len(ids))}) AND {where}"
-                " ORDER BY sim DESC LIMIT ?",
-                (query.tobytes(), *ids, *params, t.depth),
-            ).fetchall()
-            hits += _ranked(rows, target.kind)
-        hits.sort(key=lambda h: -h[1])  # cosine similarity
-        return hits[: t.depth]
 
     def _entities(self, query: str, f: Filters, conn: sqlean.Connection) -> list[tuple[Key, float]]:
         weights = self._entity_weights(query, conn)
