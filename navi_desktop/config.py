@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import difflib
 import math
+import os
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
@@ -31,6 +32,8 @@ from navi_desktop.ollama_host import resolve_embedding_host, valid_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
 EMBEDDERS = ("ollama", "local", "none")
+BACKENDS = ("sqlite", "postgres")
+DSN_ENV = "NAVI_PG_DSN"
 FILE_KEY = ""  # SettingError.key of an error about the whole file (unreadable, invalid TOML)
 KEYMAP_KEY = "ui.keymap"
 
@@ -70,9 +73,16 @@ class MemorySettings:
     inactivity_timeout_min: int = 30
     embedder: str = "ollama"
     backups: int = 3  # daily backups kept of each profile; 0: none
+    backend: str = "sqlite"  # or "postgres": the profile lives on a memory server
+    dsn: str | None = None  # None: NAVI_PG_DSN
 
     def effective_profile(self) -> str:
         return self.profile or default_profile()
+
+    def effective_dsn(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The memory server: ``dsn``, else ``NAVI_PG_DSN`` (the file first, as for hosts)."""
+        env = os.environ if environ is None else environ
+        return self.dsn or env.get(DSN_ENV, "").strip() or None
 
 
 @dataclass(frozen=True)
@@ -227,6 +237,22 @@ def _optional_host(value: Any) -> str | None:
     return None if isinstance(value, str) and not value.strip() else _host(value)
 
 
+def _dsn(value: Any) -> str | None:
+    """A PostgreSQL URL, or None (NAVI_PG_DSN) for an empty string."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    if not isinstance(value, str) or not value.strip().startswith(("postgresql://", "postgres://")):
+        raise _Bad(f"must be a URL like postgresql://user@host/navi, got {_show_dsn(value)}")
+    return value.strip()
+
+
+def _show_dsn(value: Any) -> str:
+    """A rejected DSN as shown back: never with its password."""
+    if isinstance(value, str) and "@" in value:
+        return repr(re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value))
+    return _show(value)
+
+
 def _profile(value: Any) -> str:
     with contextlib.suppress(InvalidInput):
         if isinstance(value, str):
@@ -307,6 +333,16 @@ SPECS: dict[str, SettingSpec] = {
             "memory.backups",
             _int_range(0, 100),
             "Daily backups kept of each profile, made after the first write of a day; 0: none",
+        ),
+        SettingSpec(
+            "memory.backend",
+            _choice(*BACKENDS),
+            "Where memory lives: 'sqlite' (a file per profile) or 'postgres' (a memory server)",
+        ),
+        SettingSpec(
+            "memory.dsn",
+            _dsn,
+            "The memory server for backend 'postgres'; unset: NAVI_PG_DSN",
         ),
         SettingSpec(
             "incognito.read_memory", _boolean, "Incognito sessions may read (never write) memory"

@@ -46,3 +46,8 @@ class DiskFull(NaviError):
 
 class DiskError(NaviError):
     """The disk reported an I/O error that is not a full disk (and not, by itself, damage)."""
+
+
+class StorageUnavailable(NaviError):
+    """The memory server cannot be used right now (down, refused, auth, TLS). The message
+    names the server (password hidden) and the fix."""

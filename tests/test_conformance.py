@@ -185,3 +185,28 @@ async def test_meta_profile_summary_and_stats(any_store):
     assert await any_store.profile_summary() == ("Lives in Oslo.", False)
     stats = await any_store.stats()
     assert stats["memories"] == {"fact": {"active": 1}} and stats["sessions"] == 0
+
+
+async def test_a_fact_said_again_with_a_new_expiry_takes_it(any_store):
+    from datetime import UTC, datetime, timedelta
+
+    from navi_desktop.memory.clock import iso
+
+    soon = iso(datetime.now(UTC) + timedelta(days=2))
+    later = iso(datetime.now(UTC) + timedelta(days=9))
+    first = (await any_store.add_memory("Berlin", key="staying in", expires_at=soon)).memory
+    again = await any_store.add_memory("Berlin", key="staying in", expires_at=later)
+    assert again.action == "strengthened" and again.memory.id == first.id
+    assert again.memory.expires_at[:16] == later[:16]
+    edits = [h for h in await any_store.history(first.id) if h.action == "edit"]
+    assert [e.new["expires_at"][:16] for e in edits] == [later[:16]]
+
+
+async def test_stats_say_the_same_things_on_both(any_store, tmp_path):
+    from navi_desktop.memory import MemoryStore
+
+    async with await MemoryStore.open(tmp_path / "reference.db") as reference:
+        expected = set(await reference.stats()) - {"file_bytes"}  # a file's own
+    stats = await any_store.stats()
+    assert expected <= set(stats)
+    assert stats["pending_scrubs"] == [] and stats["rated_replies"] is not None

@@ -144,3 +144,18 @@ def test_shown_hides_passwords_in_every_form():
     assert shown("postgresql://u:pw@h:5432/db") == "postgresql://u:***@h:5432/db"
     assert "pw" not in shown("host=h user=u password=pw dbname=db")
     assert shown("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+async def test_parts_of_words_are_found_when_no_whole_word_is(pg_dsn):
+    """The server design's substring fallback: pg_trgm's indexes where it is installed, a
+    plain ILIKE where it is not (pgserver has no pg_trgm; NAVI_TEST_PG_DSN can name one)."""
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
+        trip = (await store.add_memory("Kilimanjaro in March", key="next trip")).memory
+        await store.add_memory("100 percent rye bread", key="bread")
+        hits = await store.search("manjaro")
+        assert [h.id for h in hits] == [trip.id]
+        assert await store.search("%") == []  # a pattern character is a character
+        assert await store.search("r_e") == []
+        assert [h.id for h in await store.search("kilimanjaro")] == [trip.id]  # words first
+        stats = await store.stats()
+        assert stats["substring_search"] in ("pg_trgm", "ILIKE (pg_trgm not installed)")

@@ -180,6 +180,8 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         state = "reachable" if embedding["reachable"] else f"unreachable: {embedding['error']}"
         print(f"embeddings   {embedding['host']} ({state})")
     print(f"model        {status['chat_model']} (embeddings: {status['embedding_model']})")
+    if server := status.get("memory_server"):  # memory kept on a PostgreSQL server
+        print(f"memory       {server}")
     print(
         f"sessions     {status['open_sessions']} open,"
         f" {status['pending_extractions']} waiting to be processed"

@@ -9,7 +9,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.cli.output import emit_json, one_line, truncate
+from navi_desktop.cli.output import emit_json, human_size, one_line, truncate
 from navi_desktop.cli.profile_access import wants_json, with_store
 from navi_desktop.errors import InvalidInput
 
@@ -28,6 +28,12 @@ def register(command: Any) -> None:
     )
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    p.add_argument(
+        "--compact",
+        action="store_true",
+        help="then rewrite the file (VACUUM; on a memory server VACUUM FULL, as the tables'"
+        " owner) so no free space keeps the old rows",
+    )
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
         "--everywhere",
@@ -94,7 +100,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         if args.yes:
             if scope == "everywhere" and preview.broad and not args.everywhere:
                 return preview, None
-            return preview, await store.forget(args.id, scope=scope)
+            return preview, await _forget(store, scope)
         if not interactive:
             return preview, None
         print("\n".join(_preview_lines(preview, scope)), file=sys.stderr)
@@ -104,8 +110,15 @@ def cmd_forget(args: argparse.Namespace) -> int:
         question += " and every occurrence listed above" if places else ""
         if not _confirm(question + ", for good?"):
             return preview, False
-        return preview, await store.forget(args.id, scope=scope)
+        return preview, await _forget(store, scope)
 
+    async def _forget(store: MemoryStore, scope: str) -> Any:
+        report = await store.forget(args.id, scope=scope)
+        if report and args.compact:
+            compacted.update(await store.compact())
+        return report
+
+    compacted: dict[str, int] = {}
     preview, report = with_store(args, work, memory_id=args.id)
     broad = preview.broad if scope == "everywhere" else None
     if report is None:  # not asked: --yes refused for a broad value, or no terminal
@@ -131,6 +144,8 @@ def cmd_forget(args: argparse.Namespace) -> int:
             doc["backups"] = report.backups
         if report and report.unscrubbed:
             doc["unscrubbed"] = report.unscrubbed
+        if compacted:
+            doc["compacted"] = compacted
         emit_json(doc)
         return 0 if report else 1
     if not report:
@@ -144,6 +159,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
     if places:
         line += " Removed from " + "; ".join(places) + "."
     print(line)
+    if compacted:
+        print(
+            "Compacted: {} → {}.".format(
+                human_size(compacted["bytes_before"]), human_size(compacted["bytes_after"])
+            )
+        )
     for problem in report.unscrubbed:
         print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
     if report.scrub_pending:

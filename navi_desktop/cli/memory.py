@@ -145,11 +145,12 @@ def register(commands: Any) -> None:
     p = command("show", cmd_show, "show one memory with its earlier versions and history")
     p.add_argument("id", type=int, metavar="ID")
 
-    from navi_desktop.cli import changes, doctor, forget, transfer  # doctor: backup, restore
+    from navi_desktop.cli import changes, doctor, forget, server, transfer  # doctor: backup
 
     changes.register(command)  # pin, confirm, edit
     forget.register(command)
     transfer.register(command)
+    server.register(command)
     doctor.register(command)
     from navi_desktop.cli import entities  # entity NAME, entities
 

@@ -80,14 +80,18 @@ def with_store(
     unknown.
     """
 
+    from navi_desktop.cli.config_check import settings
     from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.backends import on_server, open_server_store
     from navi_desktop.memory.db import DbError
     from navi_desktop.paths import Paths
 
     profile = profile_name(args)
     paths = Paths.from_env()
     path = paths.profile_db(profile)
-    if memory_id is not None and not path.exists():
+    memory = settings(paths).memory
+    server = on_server(memory)
+    if memory_id is not None and not server and not path.exists():
         raise NotFound(f"no memory with id {memory_id}")
 
     async def main() -> T:
@@ -99,7 +103,11 @@ def with_store(
                 return await work(RemoteMemory(client, profile))  # type: ignore[arg-type]
             finally:
                 await client.close()
-        async with await MemoryStore.open(path, embedder=offline_embedder()) as store:
+        if server:  # the profile lives on a memory server
+            opened = open_server_store(memory, profile, embedder=offline_embedder())
+        else:
+            opened = MemoryStore.open(path, embedder=offline_embedder())
+        async with await opened as store:
             result = await work(store)
             # Keep new and edited memories findable by meaning; a few per run, so a large
             # profile never stalls a command (the daemon does the rest in the background).

@@ -12,6 +12,7 @@ from navi_desktop.daemon import method_params as mp
 from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
 from navi_desktop.daemon.params import takes
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.backends import on_server
 from navi_desktop.pipeline.context import ContextSettings
 from navi_desktop.pipeline.incognito import IncognitoSession, memory_to_read
 
@@ -39,6 +40,16 @@ class ChatMethods:
             "reply_tokens": self.settings.ollama.reply_max_tokens,
         }
 
+    async def _incognito_memory(
+        self: Service, session: IncognitoSession, profile: str
+    ) -> MemoryStore | None:
+        """What an incognito turn may read (pipeline/incognito.py). A server profile is read
+        where it is: reading it creates nothing."""
+        if on_server(self.settings.memory):
+            return await self.store(profile) if session.read_memory else None
+        path = self.paths.profile_db(profile)
+        return await memory_to_read(session, path, partial(self.store, profile))
+
     @takes(mp.ChatSend)
     async def chat_send(self: Service, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
         text = params.text
@@ -48,8 +59,7 @@ class ChatMethods:
             session = self._incognito.get(session_id) if session_id else None
             if session is None:
                 session = self._new_incognito()
-            path = self.paths.profile_db(profile)
-            store = await memory_to_read(session, path, partial(self.store, profile))
+            store = await self._incognito_memory(session, profile)
             turn = run_incognito_turn(
                 session=session, store=store, text=text, **self._turn_args(peer)
             )
@@ -71,9 +81,7 @@ class ChatMethods:
         """Answer the session's last user message again, replacing the last reply."""
         session_id = params.session_id
         if (session := self._incognito.get(session_id)) is not None:
-            profile = self.profile(params.profile)
-            path = self.paths.profile_db(profile)
-            store = await memory_to_read(session, path, partial(self.store, profile))
+            store = await self._incognito_memory(session, self.profile(params.profile))
             args = self._turn_args(peer)
 
             async def incognito_turn() -> TurnResult:

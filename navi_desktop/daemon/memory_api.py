@@ -49,6 +49,8 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.archive": ("archive", lambda m: m.to_dict(), True),
     "memory.accept": ("accept", lambda m: m.to_dict(), True),
     "memory.forget": ("forget", asdict, True),
+    # the file (or the server's tables) rewritten without free space, after a forget
+    "memory.compact": ("compact", lambda sizes: sizes, False),
     # where else a memory's value occurs, per scope, before it is forgotten (changes nothing);
     # its parameters: memory_params.MODELS["memory.forget_preview"] (one memory id)
     "memory.forget_preview": ("forget_preview", asdict, False),
@@ -112,6 +114,9 @@ class RemoteMemory:
 
     async def forget(self, memory_id: int, *, scope: str = "everywhere") -> ForgetReport:
         return ForgetReport(**await self._call("memory.forget", memory_id, scope=scope))
+
+    async def compact(self) -> dict[str, Any]:
+        return await self._call("memory.compact")
 
     async def forget_preview(self, memory_id: int) -> ForgetPreview:
         return ForgetPreview(**await self._call("memory.forget_preview", memory_id))

@@ -138,6 +138,11 @@ class Forget(MemoryParams):
     scope: Literal["everywhere", "evidence"] = "everywhere"
 
 
+@method("memory.compact")
+class Compact(MemoryParams):
+    pass
+
+
 @method("memory.list")
 class List(MemoryParams):
     kind: Kind | None = None

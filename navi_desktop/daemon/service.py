@@ -20,8 +20,10 @@ from navi_desktop.daemon.main import OLLAMA_CHECK_S
 from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
+from navi_desktop.daemon.remote import RemoteProfiles
 from navi_desktop.daemon.session_methods import SessionMethods
-from navi_desktop.errors import NaviError
+from navi_desktop.errors import NaviError, StorageUnavailable
+from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths, check_profile_name
@@ -60,6 +62,7 @@ class Service(ChatMethods, SessionMethods):
         self.ends = SessionEnds(self.gate, on_change=progress.poke)
         self.profile_errors = ProfileErrors()  # profiles whose file could not be opened
         self.config_errors: list[str] = []  # config.toml's problems (set by the daemon)
+        self.remote = RemoteProfiles(self)  # profiles kept on a memory server
 
     # -- resources -----------------------------------------------------------------------------
 
@@ -76,6 +79,9 @@ class Service(ChatMethods, SessionMethods):
         """The profile's store, opened once: concurrent first uses share one open (a second
         connection would be left behind, and its thread keeps the process from exiting)."""
         if profile not in self._stores:
+            if on_server(self.settings.memory):  # opened on first use, survives outages
+                self._stores[profile] = self.remote.store(profile)  # type: ignore[assignment]
+                return self._stores[profile]
             path = self.paths.profile_db(profile)
             self.profile_errors.check(profile, path)  # a damaged file is not opened again
             if profile not in self._opening:
@@ -118,6 +124,25 @@ class Service(ChatMethods, SessionMethods):
         and session ends under way finish on the old ones, which are closed after them."""
         old, self.settings = self.settings, new
         self.ollama.apply(old, new)
+        where = (old.memory.backend, old.memory.dsn) != (new.memory.backend, new.memory.dsn)
+        if where and self._stores:  # memory moved: profiles open again where it is now
+            self._spawn(self._reopen_stores())
+
+    async def _reopen_stores(self) -> None:
+        """Close the open profiles once the turns and session ends under way are done; the
+        next use opens each where the settings now keep it."""
+        busy = self._busy()
+        if busy:
+            await asyncio.wait(busy)
+        stores, self._stores = self._stores, {}
+        await self.remote.close()
+        self.remote = RemoteProfiles(self)
+        for store in stores.values():
+            try:
+                await store.close()
+            except Exception as exc:  # a server already gone: nothing left to close
+                log.info("closing a profile after the move: %s", exc)
+        log.info("memory is kept in %s now", self.settings.memory.backend)
 
     def _busy(self) -> set[asyncio.Task[Any]]:
         return {*self._turns.values(), *self._ending.values()}
@@ -163,7 +188,10 @@ class Service(ChatMethods, SessionMethods):
         store = await self.store(profile)
         track = self.ends.track(profile, session_id, trigger, self.backend(), self.end_settings)
         with track as (model, settings):  # gives way to chat turns; progress for the status
-            report = await end_session(store, model, session_id, settings)
+            try:
+                report = await end_session(store, model, session_id, settings)
+            except StorageUnavailable as exc:  # the memory server is away: retried once back
+                report = EndReport(session_id, "pending", str(exc))
         log.info("session %s ended (%s): %s", session_id, trigger, report.status)
         if report.status == "processed":
             await self._embed_quietly(store)
@@ -209,18 +237,26 @@ class Service(ChatMethods, SessionMethods):
     async def recover(self) -> None:
         """At start: end the sessions a crash (or a failed extraction) left unprocessed."""
         root = self.paths.data / "profiles"
-        for folder in sorted(root.glob("*/memory.db")) if root.exists() else []:
-            profile = folder.parent.name
+        found = [f.parent.name for f in sorted(root.glob("*/memory.db"))] if root.exists() else []
+        if on_server(self.settings.memory):  # the server's profiles are not listed here
+            found = [self.profile(None)]
+        for profile in found:
             try:
                 store = await self.store(profile)
             except NaviError:  # logged and kept as that profile's error state
                 continue
-            for session in await store.sessions_to_process(include_open=True):
+            try:
+                ending = await store.sessions_to_process(include_open=True)
+            except NaviError as exc:  # a server not reachable yet: the retries catch up
+                log.warning("recovery of profile %s waits: %s", profile, exc)
+                continue
+            for session in ending:
                 self._spawn(self.end(profile, session.id, "recovery"))
 
     async def retry_due(self) -> int:
         """Run the session end again for pending sessions whose retry time has come."""
         started = 0
+        await self.remote.keep_alive()  # kept messages replayed, change feeds listening again
         idle = iso(datetime.now(UTC) - timedelta(seconds=self.idle_seconds()))
         for profile, store in list(self._stores.items()):
             # Pending ones, and ones past their inactivity without a timer: their end failed
@@ -232,7 +268,11 @@ class Service(ChatMethods, SessionMethods):
                     started += 1
         for profile, store in list(self._stores.items()):
             # A forget whose scrub waited for another reader of the file: done once it closed.
-            if done := await finish_scrubs(store):
+            try:
+                done = await finish_scrubs(store)
+            except StorageUnavailable:  # a server profile's server is away: next time
+                continue
+            if done:
                 ids = [i for scrub in done for i in scrub["ids"]]
                 await self.broadcast("memory", "memory.scrubbed", {"profile": profile, "ids": ids})
         return started
@@ -265,6 +305,7 @@ class Service(ChatMethods, SessionMethods):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.ollama.aclose()
+        await self.remote.close()
         for store in self._stores.values():
             await store.close()
         self._stores.clear()
@@ -354,6 +395,7 @@ class Service(ChatMethods, SessionMethods):
             "extracting": self.ends.status(),
             "last_failure": reason,
             "profiles": self.profiles,
+            "memory_server": self.remote.shown_server(),
             "profile_errors": self.profile_errors.to_dict(),
             "config_errors": self.config_errors,
         }

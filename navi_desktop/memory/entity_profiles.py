@@ -92,6 +92,56 @@ def _name_text(text: str, what: str) -> tuple[str, str]:
     return shown, norm
 
 
+def suggestion(norm: str, owners: dict[str, str]) -> str:
+    """The end of a "no entity named ..." line: the closest of ``owners`` (a known name or
+    alias, in normal form → the entity's name), or where to see the names."""
+    close = difflib.get_close_matches(norm, list(owners), n=1, cutoff=0.75)
+    if not close:
+        return " (`navi memory entities` lists the names Navi knows)"
+    owner = owners[close[0]]
+    if normalize(owner) == close[0]:
+        return f"; did you mean {owner!r}?"
+    return f"; did you mean {close[0]!r} (another name of {owner!r})?"
+
+
+def like_pattern(query: str | None) -> str | None:
+    """A LIKE pattern (escape character: backslash) for names containing ``query``; None
+    when there is nothing to filter by."""
+    # Punctuation alone ("c++") is kept: normalising would strip it to nothing.
+    if not query or not (needle := normalize(query) or query.strip().casefold()):
+        return None
+    return "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def check_rename(row: Any, holder: Any | None, shown: str, norm: str) -> None:
+    """Renaming the entity ``row`` to ``shown``: refused when it is already its name, or when
+    ``holder`` (the entity that has that name or alias, if any) is another one."""
+    if shown == row["name"]:
+        raise InvalidInput(f"the entity is already named {shown!r}")
+    if holder is not None and holder["id"] != row["id"]:
+        other = holder["name"]
+        which = (
+            f"there is already an entity named {other!r}"
+            if normalize(other) == norm
+            else f"{shown!r} is already another name of {other!r}"
+        )
+        raise InvalidInput(
+            f"{which}: merge instead (keep {other!r} and merge {row['name']!r} into it)"
+        )
+
+
+def check_merge(keep: Any, gone: Any, name: str, other: str) -> None:
+    """Merging needs two entities: ``name`` and ``other`` may not lead to the same one."""
+    if keep["id"] != gone["id"]:
+        return
+    if normalize(name) == normalize(other):
+        raise InvalidInput(f"cannot merge {keep['name']!r} with itself: name another entity")
+    raise InvalidInput(
+        f"{' '.join(name.split())!r} and {' '.join(other.split())!r} are already"
+        f" one entity ({keep['name']!r}): nothing to merge"
+    )
+
+
 class EntityOps:
     # -- reading -------------------------------------------------------------------------------
 
@@ -120,14 +170,7 @@ class EntityOps:
             " ON e.id = a.entity_id WHERE a.norm >= ? AND a.norm < ? LIMIT ?",
             bounds,
         )
-        owners = {r["norm"]: r["owner"] for r in rows}
-        close = difflib.get_close_matches(norm, list(owners), n=1, cutoff=0.75)
-        if not close:
-            return " (`navi memory entities` lists the names Navi knows)"
-        owner = owners[close[0]]
-        if normalize(owner) == close[0]:
-            return f"; did you mean {owner!r}?"
-        return f"; did you mean {close[0]!r} (another name of {owner!r})?"
+        return suggestion(norm, {r["norm"]: r["owner"] for r in rows})
 
     async def _aliases(self: MemoryStore, entity_id: int) -> list[str]:
         rows = await self.db.fetchall(
@@ -197,9 +240,7 @@ class EntityOps:
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be at least 1 and offset not negative")
         where, params = "", []
-        # Punctuation alone ("c++") is kept: normalising would strip it to nothing.
-        if query and (needle := normalize(query) or query.strip().casefold()):
-            like = "%" + needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        if like := like_pattern(query):
             where = (
                 "WHERE e.norm LIKE ? ESCAPE '\\' OR e.id IN"
                 " (SELECT entity_id FROM entity_aliases WHERE norm LIKE ? ESCAPE '\\')"
@@ -234,23 +275,12 @@ class EntityOps:
         async with self.db.transaction():
             row = await self._entity_row(name)
             shown, norm = _name_text(new_name, "the new name")
-            if shown == row["name"]:
-                raise InvalidInput(f"the entity is already named {shown!r}")
             holder = await self.db.fetchone(
                 "SELECT id, name FROM entities WHERE norm = ? UNION ALL SELECT e.id, e.name"
                 " FROM entity_aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm = ?",
                 (norm, norm),
             )
-            if holder is not None and holder["id"] != row["id"]:
-                other = holder["name"]
-                which = (
-                    f"there is already an entity named {other!r}"
-                    if normalize(other) == norm
-                    else f"{shown!r} is already another name of {other!r}"
-                )
-                raise InvalidInput(
-                    f"{which}: merge instead (keep {other!r} and merge {row['name']!r} into it)"
-                )
+            check_rename(row, holder, shown, norm)
             await self.db.execute("DELETE FROM entity_aliases WHERE norm = ?", (norm,))
             if norm != row["norm"]:  # not only a change of case or spacing: keep the old name
                 await self.db.execute(
@@ -269,15 +299,7 @@ class EntityOps:
         async with self.db.transaction():
             keep = await self._entity_row(name)
             gone = await self._entity_row(other, "other entity")
-            if keep["id"] == gone["id"]:
-                if normalize(name) == normalize(other):
-                    raise InvalidInput(
-                        f"cannot merge {keep['name']!r} with itself: name another entity"
-                    )
-                raise InvalidInput(
-                    f"{' '.join(name.split())!r} and {' '.join(other.split())!r} are already"
-                    f" one entity ({keep['name']!r}): nothing to merge"
-                )
+            check_merge(keep, gone, name, other)
             for column in ("memory_id", "message_id"):
                 # Unique per entity and owner: OR IGNORE leaves the duplicates, which go below.
                 await self.db.execute(

@@ -104,6 +104,18 @@ def _snapshot(row: Any) -> dict[str, Any]:
     return snapshot
 
 
+def restated_expiry(row: Any, item: NewMemory) -> tuple[str | None] | None:
+    """The same fact said again: a new expiry replaces the old one; said again without one
+    after it expired, it holds again (an absent expiry alone never clears a current one).
+    The expiry to store, in a 1-tuple, or None for no change."""
+    expires = stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None
+    if expires is None and not (row["expires_at"] and row["expires_at"] <= now_iso()):
+        return None
+    if expires == row["expires_at"]:
+        return None
+    return (expires,)
+
+
 class FactOps:
     async def _history(
         self: MemoryStore,
@@ -227,22 +239,18 @@ class FactOps:
         return WriteResult("strengthened", Memory.from_row(await self._row(row["id"])))
 
     async def _restated_expiry(self: MemoryStore, row: Any, item: NewMemory, actor: str) -> None:
-        """The same fact said again: a new expiry replaces the old one; said again without one
-        after it expired, it holds again (an absent expiry alone never clears a current one)."""
-        expires = stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None
-        if expires is None and not (row["expires_at"] and row["expires_at"] <= now_iso()):
-            return
-        if expires == row["expires_at"]:
+        change = restated_expiry(row, item)
+        if change is None:
             return
         await self.db.execute(
-            "UPDATE memories SET expires_at = ? WHERE id = ?", (expires, row["id"])
+            "UPDATE memories SET expires_at = ? WHERE id = ?", (change[0], row["id"])
         )
         await self._history(
             row["id"],
             "edit",
             actor,
             old={"expires_at": row["expires_at"]},
-            new={"expires_at": expires},
+            new={"expires_at": change[0]},
         )
 
     async def strengthen(

@@ -60,6 +60,27 @@ def check_rating(rating: str, note: str | None) -> tuple[int, str | None]:
     return RATINGS[rating], note
 
 
+def check_reply(role: str | None, message_id: int, session_id: str) -> None:
+    """Only a reply of the session is rated: ``role`` is the message's there (None: none)."""
+    if role is None:
+        raise NotFound(f"no message {message_id} in session {session_id!r}")
+    if role != "assistant":
+        raise InvalidInput(f"message {message_id} is not a reply: only replies are rated")
+
+
+def feedback_cutoff(days: int, now: datetime | None) -> str:
+    """Ratings stored before this time are past their retention."""
+    return iso((now or datetime.now(UTC)) - timedelta(days=days))
+
+
+def flagged(rows: list[Any]) -> dict[int, dict[str, Any]]:
+    """``flagged_memories``' answer from its rows (memory_id, replies, at, note)."""
+    return {
+        r["memory_id"]: {"down_rated_replies": r["replies"], "at": r["at"], "note": r["note"]}
+        for r in rows
+    }
+
+
 class FeedbackOps:
     async def rate_reply(
         self: MemoryStore,
@@ -86,10 +107,7 @@ class FeedbackOps:
                 "SELECT role FROM messages WHERE id = ? AND session_id = ?",
                 (message_id, session_id),
             )
-            if role is None:
-                raise NotFound(f"no message {message_id} in session {session_id!r}")
-            if role != "assistant":
-                raise InvalidInput(f"message {message_id} is not a reply: only replies are rated")
+            check_reply(role, message_id, session_id)
             turn_id = await self.db.scalar(
                 "SELECT max(id) FROM messages WHERE session_id = ? AND role = 'user' AND id < ?",
                 (session_id, message_id),
@@ -139,15 +157,12 @@ class FeedbackOps:
                 " FROM reply_feedback f JOIN injections i ON i.message_id = f.turn_id"
                 " WHERE f.rating < 0 GROUP BY i.memory_id"
             )
-        return {
-            r["memory_id"]: {"down_rated_replies": r["replies"], "at": r["at"], "note": r["note"]}
-            for r in rows
-        }
+        return flagged(rows)
 
     async def purge_feedback(
         self: MemoryStore, *, days: int = FEEDBACK_DAYS, now: datetime | None = None
     ) -> int:
         """Delete ratings older than ``days``; returns how many."""
-        cutoff = iso((now or datetime.now(UTC)) - timedelta(days=days))
+        cutoff = feedback_cutoff(days, now)
         async with self.db.transaction():
             return await self.db.execute("DELETE FROM reply_feedback WHERE at < ?", (cutoff,))

@@ -29,7 +29,7 @@ from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.db import DbError
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
-from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps
+from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
@@ -87,6 +87,28 @@ def _needles(chain: list[Any], scope: str) -> tuple[Matcher, set[str]]:
         return Matcher.of(quotes), set()
     values = [r["value"] for r in chain]
     return Matcher.of([*values, *quotes]), {needle_form(v) for v in values}
+
+
+def preview_of(
+    memory_id: int, chain: list[Any], wide: Matcher, everywhere: ScrubPlan, narrow: ScrubPlan
+) -> ForgetPreview:
+    """The preview from the plans of both scopes (``chain``: the memory, then its versions)."""
+    row = chain[0]
+    broad = broad_reason(row["value"])
+    if broad is None and everywhere.counts.messages > MANY_MESSAGES:
+        broad = f"it occurs in {everywhere.counts.messages} messages"
+    return ForgetPreview(
+        memory_id=memory_id,
+        text=memory_text(row),
+        versions=[r["id"] for r in chain[1:]],
+        needles=list(wide.needles),
+        broad=broad,
+        rule=MATCHING_RULE,
+        everywhere=everywhere.counts.lines(),
+        evidence=narrow.counts.lines(),
+        samples=everywhere.samples,
+        counts=asdict(everywhere.counts),
+    )
 
 
 class ForgetOps(ScrubOps):
@@ -215,22 +237,7 @@ class ForgetOps(ScrubOps):
             wide, same = _needles(chain, "everywhere")
             everywhere = await self._plan_scrub(wide, ids, same, samples=5)
             narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-        row = chain[0]
-        broad = broad_reason(row["value"])
-        if broad is None and everywhere.counts.messages > MANY_MESSAGES:
-            broad = f"it occurs in {everywhere.counts.messages} messages"
-        return ForgetPreview(
-            memory_id=memory_id,
-            text=memory_text(row),
-            versions=[r["id"] for r in chain[1:]],
-            needles=list(wide.needles),
-            broad=broad,
-            rule=MATCHING_RULE,
-            everywhere=everywhere.counts.lines(),
-            evidence=narrow.counts.lines(),
-            samples=everywhere.samples,
-            counts=asdict(everywhere.counts),
-        )
+        return preview_of(memory_id, chain, wide, everywhere, narrow)
 
     async def forget(
         self: MemoryStore, memory_id: int, actor: str = "user", *, scope: str = "everywhere"

@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import NotFound
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.models import Memory, Signal
 
@@ -35,6 +36,38 @@ class Injection:
         }
 
 
+def signals_json(injection: Injection) -> str:
+    """How a ledger row keeps an injection's reason and signals."""
+    signals = {k: asdict(v) for k, v in injection.signals.items()}
+    return json.dumps({"reason": injection.reason, **signals})
+
+
+def injection_from_row(row: Any) -> Injection:
+    """A ledger row joined with its memory (the memory's columns, and ``i_rank``,
+    ``i_score``, ``i_signals``) as the injection it records."""
+    data = json.loads(row["i_signals"])
+    reason = data.pop("reason", "relevant")
+    return Injection(
+        memory_id=row["id"],
+        rank=row["i_rank"],
+        score=row["i_score"],
+        signals={k: Signal(**v) for k, v in data.items()},
+        reason=reason,
+        memory=Memory.from_row(row),
+    )
+
+
+def check_turn(
+    session_found: bool, owner: str | None, session_id: str, message_id: int | None
+) -> None:
+    """A ledger row names its session and (when there is one) the session's user message:
+    ``owner`` is the session that message is in (None: no such message)."""
+    if not session_found:
+        raise NotFound(f"no session with id {session_id!r}")
+    if message_id is not None and owner != session_id:
+        raise NotFound(f"no message {message_id} in session {session_id!r}")
+
+
 class LedgerOps:
     async def record_injections(
         self: MemoryStore, session_id: str, message_id: int | None, injections: list[Injection]
@@ -44,6 +77,12 @@ class LedgerOps:
             return
         at = now_iso()
         async with self.db.transaction():
+            turn = await self.db.fetchone(
+                "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?),"
+                " (SELECT session_id FROM messages WHERE id = ?)",
+                (session_id, message_id),
+            )
+            check_turn(bool(turn[0]), turn[1], session_id, message_id)
             await self.db.executemany(
                 "INSERT INTO injections (session_id, message_id, memory_id, rank, score, signals,"
                 " at) SELECT ?, ?, ?, ?, ?, ?, ?"
@@ -55,9 +94,7 @@ class LedgerOps:
                         i.memory_id,
                         i.rank,
                         i.score,
-                        json.dumps(
-                            {"reason": i.reason, **{k: asdict(v) for k, v in i.signals.items()}}
-                        ),
+                        signals_json(i),
                         at,
                         i.memory_id,
                     )
@@ -75,18 +112,4 @@ class LedgerOps:
                 " WHERE i.message_id = ? ORDER BY i.rank",
                 (message_id,),
             )
-        out = []
-        for row in rows:
-            data = json.loads(row["i_signals"])
-            reason = data.pop("reason", "relevant")
-            out.append(
-                Injection(
-                    memory_id=row["id"],
-                    rank=row["i_rank"],
-                    score=row["i_score"],
-                    signals={k: Signal(**v) for k, v in data.items()},
-                    reason=reason,
-                    memory=Memory.from_row(row),
-                )
-            )
-        return out
+        return [injection_from_row(row) for row in rows]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
@@ -38,6 +39,18 @@ class DecayPolicy:
 class DecayReport:
     updated: int = 0
     archived: list[int] | None = None
+
+
+def decay_step(row: Any, when: datetime, policy: DecayPolicy) -> tuple[str, float]:
+    """What decay does to an unpinned active fact (``mentions``, ``strength``, ``seen``: last
+    use or update) at ``when``: "archive", "fade" (to the new strength) or "keep"."""
+    days = max(0.0, (when - parse_iso(row["seen"])).total_seconds() / 86400)
+    retention = math.exp(-days / (policy.stability_days * max(1, row["mentions"])))
+    if retention < policy.archive_below:
+        return "archive", retention
+    if abs(retention - row["strength"]) > 1e-6:
+        return "fade", retention
+    return "keep", retention
 
 
 class MaintenanceOps:
@@ -176,9 +189,8 @@ class MaintenanceOps:
                 " FROM memories WHERE kind = 'fact' AND status = 'active' AND pinned = 0"
             )
             for row in rows:
-                days = max(0.0, (when - parse_iso(row["seen"])).total_seconds() / 86400)
-                retention = math.exp(-days / (policy.stability_days * max(1, row["mentions"])))
-                if retention < policy.archive_below:
+                step, retention = decay_step(row, when, policy)
+                if step == "archive":
                     await self.db.execute(
                         "UPDATE memories SET strength = ?, status = 'archived', updated_at = ?"
                         " WHERE id = ?",
@@ -192,7 +204,7 @@ class MaintenanceOps:
                         new={"status": "archived", "strength": retention},
                     )
                     report.archived.append(row["id"])
-                elif abs(retention - row["strength"]) > 1e-6:
+                elif step == "fade":
                     await self.db.execute(
                         "UPDATE memories SET strength = ? WHERE id = ?", (retention, row["id"])
                     )

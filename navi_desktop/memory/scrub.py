@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import DiskError, DiskFull
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.matching import MARKER, Matcher, needle_form
+from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.models import Memory
+from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS as _MEMORY_COLUMNS
+from navi_desktop.memory.scrub_plan import ScrubCounts, ScrubPlan
 from navi_desktop.memory.textproc import normalize_key
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
+__all__ = ["ScrubCounts", "ScrubOps", "ScrubPlan"]
 PENDING_KEY = "pending_scrubs"
 BUSY_MS = 5000  # the connection's usual wait for a lock (db.py)
 FORGET_WAIT_MS = 2000  # how long a forget waits for readers before it leaves the scrub pending
@@ -36,79 +38,7 @@ WAITING = "another program is reading the memory file (a backup, a database brow
 UNFINISHED = "it did not finish (a full disk, or Navi stopped)"
 DISK_FULL = "the disk is full: free some space"
 DISK_ERROR = "the disk reported an error: check it (free space, `dmesg`)"
-_MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
 _SUMMARY_KINDS = ("episode", "reflection")
-
-
-@dataclass
-class ScrubCounts:
-    """Where a scrub changes something, by place."""
-
-    messages: int = 0
-    sessions: int = 0  # the sessions those messages belong to
-    titles: int = 0
-    summaries: int = 0
-    reflections: int = 0
-    memories: int = 0  # other facts and rules, redacted in place
-    also_forgotten: list[int] = field(default_factory=list)  # same value: forgotten too
-    history: int = 0
-    entities: int = 0
-    notes: int = 0  # notes on reply ratings
-    profile_summary: bool = False
-
-    def lines(self) -> list[str]:
-        """The places in words, for a preview or a report ("4 messages in 3 sessions")."""
-        out = []
-
-        def n(count: int, one: str, many: str) -> str:
-            return f"{count} {one if count == 1 else many}"
-
-        if self.messages:
-            out.append(
-                n(self.messages, "message", "messages")
-                + f" in {n(self.sessions, 'session', 'sessions')}"
-            )
-        if self.titles:
-            out.append(n(self.titles, "session title", "session titles"))
-        if self.summaries:
-            out.append(n(self.summaries, "session summary", "session summaries"))
-        if self.reflections:
-            out.append(n(self.reflections, "reflection", "reflections"))
-        if self.profile_summary:
-            out.append("the profile summary")
-        if self.memories:
-            out.append(n(self.memories, "other memory", "other memories") + " (redacted)")
-        if self.also_forgotten:
-            ids = ", ".join(f"#{i}" for i in self.also_forgotten)
-            out.append(
-                f"{n(len(self.also_forgotten), 'memory', 'memories')} with the same value"
-                f" ({ids}), forgotten too"
-            )
-        if self.history:
-            out.append(n(self.history, "history row", "history rows") + " of other memories")
-        if self.entities:
-            out.append(n(self.entities, "entity name", "entity names"))
-        if self.notes:
-            out.append(n(self.notes, "note on a rated reply", "notes on rated replies"))
-        return out
-
-
-@dataclass
-class ScrubPlan:
-    """Every change a scrub makes; computed and applied in one transaction."""
-
-    messages: dict[int, tuple[str, str | None]] = field(default_factory=dict)
-    following: set[int] = field(default_factory=set)  # their next messages: context re-indexed
-    sessions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
-    memories: dict[int, dict[str, Any]] = field(default_factory=dict)
-    also_forgotten: list[Any] = field(default_factory=list)  # rows
-    history: dict[int, tuple[str | None, str | None]] = field(default_factory=dict)
-    meta: dict[str, str] = field(default_factory=dict)
-    entities: list[int] = field(default_factory=list)
-    notes: dict[int, str | None] = field(default_factory=dict)  # reply_feedback.message_id
-    aliases: list[str] = field(default_factory=list)  # entity_aliases.norm
-    samples: list[str] = field(default_factory=list)
-    counts: ScrubCounts = field(default_factory=ScrubCounts)
 
 
 def _candidates(matcher: Matcher, columns: tuple[str, ...], *, json: bool = False):
@@ -147,105 +77,58 @@ class ScrubOps:
     ) -> ScrubPlan:
         """Find every occurrence (call inside a transaction or ``reading()``). ``skip``: the
         memories being forgotten (they go whole); ``same_values``: normalised values whose
-        other memories are forgotten with them rather than redacted."""
-        plan = ScrubPlan()
+        other memories are forgotten with them rather than redacted (scrub_plan.py decides)."""
+        plan = ScrubPlan(matcher, samples)
         if not matcher:
             return plan
-
-        def sample(text: str | None, where: str) -> None:
-            if len(plan.samples) < samples and text and (cut := matcher.snippet(text)):
-                plan.samples.append(f"{where}: {cut}")
-
-        await self._plan_messages(matcher, plan, sample)
+        await self._plan_messages(matcher, plan)
         where, params = _candidates(matcher, ("title", "pending_reason"))
-        for row in await self.db.fetchall(
-            f"SELECT id, title, pending_reason FROM sessions WHERE {where}", params
-        ):
-            title, n = matcher.redact(row["title"])
-            reason, m = matcher.redact(row["pending_reason"])
-            if n or m:
-                sample(row["title"], "session title")
-                plan.sessions[row["id"]] = (title, reason)
-                plan.counts.titles += bool(n)
+        plan.add_sessions(
+            await self.db.fetchall(
+                f"SELECT id, title, pending_reason FROM sessions WHERE {where}", params
+            )
+        )
         where, params = _candidates(matcher, _MEMORY_COLUMNS)
-        for row in await self.db.fetchall(f"SELECT * FROM memories WHERE {where}", params):
-            if row["id"] in skip:
-                continue
-            if same_values and needle_form(row["value"]) in same_values:
-                plan.also_forgotten.append(row)
-                plan.counts.also_forgotten.append(row["id"])
-                continue
-            changes = {}
-            for column in _MEMORY_COLUMNS:
-                new, n = matcher.redact(row[column])
-                if n:
-                    changes[column] = new
-            if changes:
-                kind = row["kind"]
-                sample(row["value"], kind)
-                plan.memories[row["id"]] = changes
-                if kind == "episode":
-                    plan.counts.summaries += 1
-                elif kind == "reflection":
-                    plan.counts.reflections += 1
-                else:
-                    plan.counts.memories += 1
-        gone = skip | {r["id"] for r in plan.also_forgotten}
+        plan.add_memories(
+            await self.db.fetchall(f"SELECT * FROM memories WHERE {where}", params),
+            skip,
+            same_values,
+        )
         where, params = _candidates(matcher, ("old", "new"), json=True)
-        for row in await self.db.fetchall(
-            f"SELECT id, memory_id, old, new FROM memory_history WHERE {where}", params
-        ):
-            if row["memory_id"] in gone:
-                continue
-            old, n = matcher.redact_json(row["old"], ensure_ascii=False)
-            new, m = matcher.redact_json(row["new"], ensure_ascii=False)
-            if n or m:
-                plan.history[row["id"]] = (old, new)
-        plan.counts.history = len(plan.history)
-        for row in await self.db.fetchall(
-            "SELECT key, value FROM meta WHERE key NOT IN ('tombstone_key', ?)", (PENDING_KEY,)
-        ):
-            new, n = matcher.redact(row["value"])
-            if n:
-                sample(row["value"], row["key"].replace("_", " "))
-                plan.meta[row["key"]] = new or ""
-                plan.counts.profile_summary |= row["key"] == "profile_summary"
-        for row in await self.db.fetchall("SELECT id, name, norm FROM entities"):
-            if matcher.spans(row["name"]) or matcher.spans(row["norm"]):
-                plan.entities.append(row["id"])
-        for row in await self.db.fetchall("SELECT entity_id, name, norm FROM entity_aliases"):
-            if row["entity_id"] not in plan.entities and (
-                matcher.spans(row["name"]) or matcher.spans(row["norm"])
-            ):
-                plan.aliases.append(row["norm"])
-        plan.counts.entities = len(plan.entities) + len(plan.aliases)
+        plan.add_history(
+            await self.db.fetchall(
+                f"SELECT id, memory_id, old, new FROM memory_history WHERE {where}", params
+            ),
+            skip,
+        )
+        plan.add_meta(
+            await self.db.fetchall(
+                "SELECT key, value FROM meta WHERE key NOT IN ('tombstone_key', ?)",
+                (PENDING_KEY,),
+            )
+        )
+        plan.add_entities(
+            await self.db.fetchall("SELECT id, name, norm FROM entities"),
+            await self.db.fetchall("SELECT entity_id, name, norm FROM entity_aliases"),
+        )
         where, params = _candidates(matcher, ("note",))
-        for row in await self.db.fetchall(
-            f"SELECT message_id, note FROM reply_feedback WHERE {where}", params
-        ):
-            note, n = matcher.redact(row["note"])
-            if n:
-                sample(row["note"], "note on a rated reply")
-                plan.notes[row["message_id"]] = note
-        plan.counts.notes = len(plan.notes)
+        plan.add_notes(
+            await self.db.fetchall(
+                f"SELECT message_id, note FROM reply_feedback WHERE {where}", params
+            )
+        )
         return plan
 
-    async def _plan_messages(self: MemoryStore, matcher: Matcher, plan: ScrubPlan, sample) -> None:
+    async def _plan_messages(self: MemoryStore, matcher: Matcher, plan: ScrubPlan) -> None:
         where, params = _candidates(matcher, ("content",))
         meta_where, meta_params = _candidates(matcher, ("meta",), json=True)
-        rows = await self.db.fetchall(
-            "SELECT id, session_id, role, content, meta FROM messages"
-            f" WHERE {where} OR {meta_where} ORDER BY id",
-            [*params, *meta_params],
+        plan.add_messages(
+            await self.db.fetchall(
+                "SELECT id, session_id, role, content, meta FROM messages"
+                f" WHERE {where} OR {meta_where} ORDER BY id",
+                [*params, *meta_params],
+            )
         )
-        sessions: set[str] = set()
-        for row in rows:
-            content, n = matcher.redact(row["content"])
-            meta, m = matcher.redact_json(row["meta"])
-            if n or m:
-                sample(row["content"] if n else row["meta"], f"{row['role']} message")
-                plan.messages[row["id"]] = (content or "", meta)
-                sessions.add(row["session_id"])
         for mid in plan.messages:  # the next message's index quotes this one as context
             following = await self.db.scalar(
                 "SELECT id FROM messages WHERE session_id = (SELECT session_id FROM messages"
@@ -255,8 +138,6 @@ class ScrubOps:
             if following is not None:
                 plan.following.add(following)
         plan.following -= set(plan.messages)
-        plan.counts.messages = len(plan.messages)
-        plan.counts.sessions = len(sessions)
 
     async def _apply_scrub(self: MemoryStore, plan: ScrubPlan) -> None:
         """Write a plan's changes and re-index what they touched (inside a transaction)."""

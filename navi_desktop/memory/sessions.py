@@ -274,15 +274,20 @@ class SessionAdminOps:
     async def export_session(self: MemoryStore, session_id: str) -> str:
         """The session as Markdown: title, date, then each message under its speaker."""
         session = await self.get_session(session_id)
-        lines = [f"# {session.title or 'Chat'}", "", f"Started {session.created_at[:16]}Z.", ""]
-        for m in await self.messages(session_id):
-            if m.role == "tool":
-                lines += [f"**Tool result ({m.name or 'tool'})**", "", "```", m.content, "```", ""]
-            else:
-                lines += [
-                    f"**{m.name or m.role.capitalize()}** · {m.created_at[11:16]}",
-                    "",
-                    m.content,
-                    "",
-                ]
-        return "\n".join(lines)
+        return session_markdown(session, await self.messages(session_id))
+
+
+def session_markdown(session: Session, messages: list[Message]) -> str:
+    """A session for reading: title, date, then each message under its speaker."""
+    lines = [f"# {session.title or 'Chat'}", "", f"Started {session.created_at[:16]}Z.", ""]
+    for m in messages:
+        if m.role == "tool":
+            lines += [f"**Tool result ({m.name or 'tool'})**", "", "```", m.content, "```", ""]
+        else:
+            lines += [
+                f"**{m.name or m.role.capitalize()}** · {m.created_at[11:16]}",
+                "",
+                m.content,
+                "",
+            ]
+    return "\n".join(lines)

@@ -12,6 +12,39 @@ from navi_desktop.memory.models import Memory
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
+# The statuses each change may start from (the rules; each backend states the SQL).
+PINNABLE = ("active", "held", "archived")
+ARCHIVABLE = ("active", "held")
+RESTORABLE = ("archived",)
+
+
+def check_status(row: Any, memory_id: int, action: str, allowed: tuple[str, ...]) -> None:
+    if row["status"] not in allowed:
+        raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
+
+
+def check_confirm(row: Any, memory_id: int, now: str) -> None:
+    """Only a current, unexpired fact can be confirmed; anything else is told what to do."""
+    if row["kind"] != "fact":
+        raise InvalidInput(
+            f"memory {memory_id} is a {row['kind']}: only a fact can be confirmed"
+            " (pin it to keep it)"
+        )
+    if row["status"] != "active":
+        fix = {
+            "held": "accept it from the review inbox instead",
+            "superseded": f"confirm the version that replaced it (#{row['superseded_by']})"
+            if row["superseded_by"]
+            else "confirm its current version",
+            "archived": "restore it first",
+        }[row["status"]]
+        raise InvalidInput(f"cannot confirm memory {memory_id}: it is {row['status']}; {fix}")
+    if row["expires_at"] and row["expires_at"] <= now:
+        raise InvalidInput(
+            f"memory {memory_id} expired at {row['expires_at']}: give it a new expiry"
+            f" first (navi memory edit {memory_id} --expires 7d, or never)"
+        )
+
 
 class StateOps:
     async def _archive_by_system(
@@ -41,8 +74,7 @@ class StateOps:
     ) -> Memory:
         async with self.db.transaction():
             row = await self._row(memory_id)
-            if row["status"] not in allowed:
-                raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
+            check_status(row, memory_id, action, allowed)
             await self.db.execute(
                 f"UPDATE memories SET {sql}, updated_at = ? WHERE id = ?", (now_iso(), memory_id)
             )
@@ -67,25 +99,22 @@ class StateOps:
             "pin" if pinned else "unpin",
             actor,
             f"pinned = {int(pinned)}, strength = 1.0",
-            ("active", "held", "archived"),
+            PINNABLE,
         )
 
     async def archive(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
-        return await self._set_state(
-            memory_id, "archive", actor, "status = 'archived'", ("active", "held")
-        )
+        return await self._set_state(memory_id, "archive", actor, "status = 'archived'", ARCHIVABLE)
 
     async def restore(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
         return await self._set_state(
-            memory_id, "restore", actor, "status = 'active', strength = 1.0", ("archived",)
+            memory_id, "restore", actor, "status = 'active', strength = 1.0", RESTORABLE
         )
 
     async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
         """A held candidate reviewed and kept: it becomes the current value for its key."""
         async with self.db.transaction():
             row = await self._row(memory_id)
-            if row["status"] != "held":
-                raise InvalidInput(f"cannot accept memory {memory_id}: it is {row['status']}")
+            check_status(row, memory_id, "accept", ("held",))
             await self.db.execute(
                 "UPDATE memories SET status = 'active', review_reason = NULL, updated_at = ?"
                 " WHERE id = ?",
@@ -115,28 +144,8 @@ class StateOps:
         ``last_verified_at`` now. Its expiry, if any, stays: the user set or stated it."""
         async with self.db.transaction():
             row = await self._row(memory_id)
-            if row["kind"] != "fact":
-                raise InvalidInput(
-                    f"memory {memory_id} is a {row['kind']}: only a fact can be confirmed"
-                    " (pin it to keep it)"
-                )
-            if row["status"] != "active":
-                fix = {
-                    "held": "accept it from the review inbox instead",
-                    "superseded": f"confirm the version that replaced it (#{row['superseded_by']})"
-                    if row["superseded_by"]
-                    else "confirm its current version",
-                    "archived": "restore it first",
-                }[row["status"]]
-                raise InvalidInput(
-                    f"cannot confirm memory {memory_id}: it is {row['status']}; {fix}"
-                )
             now = now_iso()
-            if row["expires_at"] and row["expires_at"] <= now:
-                raise InvalidInput(
-                    f"memory {memory_id} expired at {row['expires_at']}: give it a new expiry"
-                    f" first (navi memory edit {memory_id} --expires 7d, or never)"
-                )
+            check_confirm(row, memory_id, now)
             await self.db.execute(
                 "UPDATE memories SET pinned = 1, strength = 1.0, confidence = 1.0,"
                 " last_verified_at = ?, updated_at = ? WHERE id = ?",

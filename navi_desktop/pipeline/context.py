@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.errors import StorageUnavailable
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import Memory
 from navi_desktop.memory.textproc import STOPWORDS, normalize, tokens
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -114,9 +118,12 @@ async def build_context(
     """
     block, injections, tokens = ("", [], 0)
     if store is not None:
-        block, injections, tokens = await _memory_block(
-            store, user_text, session_id, first_turn, settings
-        )
+        try:
+            block, injections, tokens = await _memory_block(
+                store, user_text, session_id, first_turn, settings
+            )
+        except StorageUnavailable as exc:  # the memory server is away: a reply without memory
+            log.warning("answering without memory: %s", exc)
     system = settings.system_prompt + (f"\n\n{block}" if block else "")
     messages = [
         {"role": "system", "content": system},

@@ -149,7 +149,7 @@ async def run_maintenance(
     except (DiskFull, DiskError) as exc:
         report.errors.append(f"decay: {exc}")
     # The rolling daily backup, when the daemon keeps them and one is due (memory/backup.py).
-    made = await store.db.backup_if_due()
+    made = await store.backup_if_due()
     report.backup = str(made.path) if made is not None else None
     try:
         report.embedded = await store.backfill_embeddings()

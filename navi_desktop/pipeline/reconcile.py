@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -134,19 +134,20 @@ async def _plan_fact(
         return Planned("drop", "fact", fact, decision.reason)
     src = decision.source
     norm_key = normalize_key(fact.subject, fact.key)
-    same_key = await _current_by_key(store, norm_key)
+    current = await store.facts_by_key(norm_key, "active")
+    same_key = current[0] if current else None
     if same_key is not None:
-        if await same.first(fact.value, [same_key["value"]]) is not None:
-            return Planned("strengthen", "fact", fact, "already known", same_key["id"])
+        if await same.first(fact.value, [same_key.value]) is not None:
+            return Planned("strengthen", "fact", fact, "already known", same_key.id)
         if decision.verdict in (Verdict.COMMIT, Verdict.REPEAT):
             # A new value held until it came up again: this is that repetition.
-            waiting = await _waiting_by_key(store, norm_key)
-            n = await same.first(fact.value, [row["value"] for row in waiting])
+            waiting = await store.facts_by_key(norm_key, "held", reason=AWAITING_REPEAT)
+            n = await same.first(fact.value, [m.value for m in waiting])
             if n is not None:
-                return Planned("strengthen", "fact", fact, "came up again", waiting[n]["id"])
+                return Planned("strengthen", "fact", fact, "came up again", waiting[n].id)
         if decision.verdict is Verdict.COMMIT:
             return Planned(
-                "supersede", "fact", fact, "new value for a known fact", same_key["id"], src
+                "supersede", "fact", fact, "new value for a known fact", same_key.id, src
             )
         return Planned(decision.verdict.value, "fact", fact, decision.reason, source=src)
     hits = await store.search(fact.value, kinds=["fact"], limit=5, include_inactive=True)
@@ -181,21 +182,3 @@ async def _plan_rule(
     if decision.foreign:  # not from the user's own words: held (see policy.decide)
         return Planned("hold", "rule", rule, decision.reason, source=decision.source)
     return Planned("add", "rule", rule, decision.reason, source=decision.source)
-
-
-async def _current_by_key(store: MemoryStore, norm_key: str) -> Any:
-    async with store.db.reading():
-        return await store.db.fetchone(
-            "SELECT * FROM memories WHERE kind = 'fact' AND norm_key = ? AND status = 'active'"
-            " ORDER BY id DESC LIMIT 1",
-            (norm_key,),
-        )
-
-
-async def _waiting_by_key(store: MemoryStore, norm_key: str) -> list[Any]:
-    async with store.db.reading():
-        return await store.db.fetchall(
-            "SELECT * FROM memories WHERE kind = 'fact' AND norm_key = ? AND status = 'held'"
-            " AND review_reason = ? ORDER BY id DESC",
-            (norm_key, AWAITING_REPEAT),
-        )

@@ -93,6 +93,18 @@ class EndReport:
 async def end_session(
     store: MemoryStore, llm: JsonModel, session_id: str, settings: EndSettings
 ) -> EndReport:
+    # Two machines' daemons may end the same session on a shared server: one processes it,
+    # the other leaves it (its commit would find the work done anyway; this saves the model
+    # calls).
+    async with store.processing(session_id) as mine:
+        if not mine:
+            return EndReport(session_id, "nothing", "another daemon is processing it")
+        return await _end_session(store, llm, session_id, settings)
+
+
+async def _end_session(
+    store: MemoryStore, llm: JsonModel, session_id: str, settings: EndSettings
+) -> EndReport:
     report = EndReport(session_id, "nothing")
     messages = await store.unprocessed_messages(session_id)
     if not messages:
@@ -109,7 +121,7 @@ async def end_session(
     )
     said = Transcript.of(messages)
     times = {m.id: m.created_at for m in messages}  # when each was said: expiries count from it
-    attempt = await _attempts(store, session_id)
+    attempt = await store.session_attempts(session_id)
     chunks = await _chunks(llm, settings, lines, attempt)
     report.chunks = len(chunks)
     seen: set[tuple[str, ...]] = set()  # candidates planned in an earlier chunk of this run
@@ -201,13 +213,6 @@ class _Run:
             log.warning("session %s: its pending state is not saved: %s", report.session_id, err)
         report.status, report.reason = "pending", reason
         return report
-
-
-async def _attempts(store: MemoryStore, session_id: str) -> int:
-    """How many times processing this session failed before (each retry shrinks chunks)."""
-    async with store.db.reading():
-        value = await store.db.scalar("SELECT attempts FROM sessions WHERE id = ?", (session_id,))
-    return int(value or 0)
 
 
 async def _chunks(

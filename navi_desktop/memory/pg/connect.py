@@ -3,19 +3,11 @@ connection can fail turned into one line that names the server and the fix."""
 
 from __future__ import annotations
 
-import os
 import re
 import socket
 from urllib.parse import urlsplit, urlunsplit
 
-from navi_desktop.errors import NaviError
-
-DSN_ENV = "NAVI_PG_DSN"
-
-
-class StorageUnavailable(NaviError):
-    """The memory server cannot be used right now (down, refused, auth, TLS). The message
-    names the server (password hidden) and the fix."""
+from navi_desktop.errors import StorageUnavailable
 
 
 def shown(dsn: str) -> str:
@@ -30,14 +22,10 @@ def shown(dsn: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def resolve_dsn(configured: str | None) -> str | None:
-    """NAVI_PG_DSN wins over the config file's ``[memory] dsn``."""
-    return os.environ.get(DSN_ENV) or configured or None
-
-
 START_HINT = (
-    "start it (`python -m pip install pgserver` then `navi memory server start`, or a system"
-    " PostgreSQL) or point [memory] dsn / NAVI_PG_DSN at a running one"
+    "start it (`navi memory server start`, after `python -m pip install"
+    " 'navi-desktop[pgserver]'`, or a system PostgreSQL) or point [memory] dsn / NAVI_PG_DSN"
+    " at a running one"
 )
 
 

@@ -96,6 +96,13 @@ class PgDatabase:
                 self._current.reset(token)
 
     @asynccontextmanager
+    async def claim(self) -> AsyncIterator[Any]:
+        """A connection of the pool for the caller alone (not the scope's), e.g. to hold a
+        session-level advisory lock across other statements."""
+        async with self._acquire() as conn:
+            yield conn
+
+    @asynccontextmanager
     async def _acquire(self) -> AsyncIterator[Any]:
         import asyncpg
 

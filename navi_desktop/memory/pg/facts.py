@@ -1,6 +1,6 @@
 """Writing and reading memories on the server: add/upsert, strengthen, supersede, pin, edit,
-list, history. The rules are the SQLite side's (facts.py, states.py, editing.py); the
-statements are PostgreSQL's."""
+list, history (edit and the other changes of state: states.py). The rules are the SQLite
+side's (facts.py, states.py, editing.py); the statements are PostgreSQL's."""
 
 from __future__ import annotations
 
@@ -10,10 +10,16 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.expiry import check_expires_at, parse_time, stored
 from navi_desktop.memory.clock import check_iso, now_iso
-from navi_desktop.memory.facts import AWAITING_REPEAT, EDITABLE, NewMemory, WriteResult, _snapshot
+from navi_desktop.memory.facts import (
+    AWAITING_REPEAT,
+    NewMemory,
+    WriteResult,
+    _snapshot,
+    restated_expiry,
+)
 from navi_desktop.memory.maintenance import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, HistoryEntry, Memory
-from navi_desktop.memory.textproc import normalize, normalize_key
+from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
@@ -107,6 +113,17 @@ class PgFactOps:
             await self._lift_tombstones(item.kind, norm_key, value)
         current = await self._current_match(item.kind, norm_key, value)
         if current is not None and normalize(current["value"]) == normalize(value):
+            if (change := restated_expiry(current, item)) is not None:
+                await self.db.execute(
+                    "UPDATE memories SET expires_at = $1 WHERE id = $2", change[0], current["id"]
+                )
+                await self._history(
+                    current["id"],
+                    "edit",
+                    actor,
+                    old={"expires_at": current["expires_at"]},
+                    new={"expires_at": change[0]},
+                )
             return await self._strengthen(current, item.confidence, actor)
         new_id = await self._insert(item, actor)
         if current is not None and current["status"] == "active" and item.status == "active":
@@ -256,50 +273,6 @@ class PgFactOps:
             )
             return Memory.from_row(await self._row(memory_id))
 
-    async def edit(
-        self: PgMemoryStore, memory_id: int, *, actor: str = "user", **changes: Any
-    ) -> Memory:
-        """Change a memory's fields in place (the user's correction of a typo), re-indexed,
-        with the old and new values in its history."""
-        unknown = set(changes) - set(EDITABLE)
-        if unknown:
-            raise InvalidInput(
-                f"cannot edit {', '.join(sorted(unknown))}; editable: " + ", ".join(EDITABLE)
-            )
-        if changes.get("expires_at") is not None:
-            changes["expires_at"] = stored(
-                parse_time(check_expires_at(changes["expires_at"]), "expires_at")
-            )
-        if "value" in changes and not str(changes["value"] or "").strip():
-            raise InvalidInput("a memory needs a non-empty value")
-        async with self.db.transaction():
-            row = await self._row(memory_id)
-            merged = {**{k: row[k] for k in EDITABLE}, **changes}
-            NewMemory(
-                value=merged["value"],
-                kind=row["kind"],
-                category=merged["category"],
-                confidence=merged["confidence"],
-            ).check()
-            old = {k: row[k] for k in changes if row[k] != changes[k]}
-            if not old:
-                return Memory.from_row(row)
-            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
-            sets = ", ".join(f"{k} = ${i}" for i, k in enumerate(changes, start=3))
-            await self.db.execute(
-                f"UPDATE memories SET {sets}, norm_key = $1, updated_at = $2"
-                f" WHERE id = ${len(changes) + 3}",
-                norm_key,
-                now_iso(),
-                *changes.values(),
-                memory_id,
-            )
-            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", memory_id)
-            await self._index_memory(await self._row(memory_id))
-            await self._history(memory_id, "edit", actor, old=old, new={k: changes[k] for k in old})
-            await self._mark_profile_stale()
-            return Memory.from_row(await self._row(memory_id))
-
     async def list_memories(
         self: PgMemoryStore,
         *,
@@ -387,6 +360,9 @@ class PgFactOps:
             "entities": counts[3],
             "embeddings": [{"model": m, "dim": d, "count": n} for m, d, n in models],
             "embedding_model": self.embedder.model if self.embedder else None,
+            "missing_embeddings": await self.missing_embeddings() if self.embedder else None,
             "profile_summary_stale": stale == "1",
+            "pending_scrubs": await self.pending_scrubs(),
+            "rated_replies": await self.feedback_counts(),
             "substring_search": "pg_trgm" if trigram else "ILIKE (pg_trgm not installed)",
         }

@@ -1,9 +1,12 @@
 """Forgetting on the server: the memory, its earlier versions and every copy of its text
 leave every table and index; keyed-hash tombstones stay (the SQLite side's rules, forget.py).
 
-Afterwards the touched tables are VACUUMed so the dead rows' space is marked free. What a
-server can still hold after that (free space until reused, WAL segments and archives, base
-backups) is said in the README; ``compact`` (VACUUM FULL) rewrites the tables for an admin."""
+The places and what each becomes are the SQLite side's (scrub_plan.py, through pg/scrub.py).
+Afterwards the touched tables are VACUUMed so the dead rows' space is marked free; where the
+login may not (the tables are another role's), the scrub stays pending, with the reason, in
+``pending_scrubs``. What a server can still hold after that (free space until reused, WAL
+segments and archives, base backups) is said in the README; ``compact`` (VACUUM FULL)
+rewrites the tables for their owner."""
 
 from __future__ import annotations
 
@@ -11,21 +14,21 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.documents import message_documents
 from navi_desktop.memory.forget import (
     MAX_PHRASE_WORDS,
     SENTENCE,
+    ForgetPreview,
     ForgetReport,
     _check_scope,
     _needles,
+    preview_of,
 )
-from navi_desktop.memory.matching import Matcher, needle_form, phrase_of, phrases
-from navi_desktop.memory.textproc import entity_names, keyed_hash, normalize_key
+from navi_desktop.memory.matching import phrase_of, phrases
+from navi_desktop.memory.scrub import UNFINISHED
+from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
-
-VACUUMED = ("memories", "memory_history", "messages", "embeddings", "entity_links", "entities")
 
 
 class PgForgetOps:
@@ -114,6 +117,30 @@ class PgForgetOps:
 
     # -- forget --------------------------------------------------------------------------------
 
+    async def _chain(self: PgMemoryStore, memory_id: int) -> list[Any]:
+        # The versions this one replaced are the same memory (each once).
+        rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
+        return list({r["id"]: r for r in rows}.values())
+
+    async def forget_needles(
+        self: PgMemoryStore, memory_id: int, scope: str = "everywhere"
+    ) -> list[str]:
+        """The texts a forget in ``scope`` matches (normalised), for scrubbing files outside
+        the database, such as logs, the same way."""
+        _check_scope(scope)
+        async with self.db.reading():
+            return list(_needles(await self._chain(memory_id), scope)[0].needles)
+
+    async def forget_preview(self: PgMemoryStore, memory_id: int) -> ForgetPreview:
+        """Where else the memory's value and evidence occur, for each scope; changes nothing."""
+        async with self.db.reading():
+            chain = await self._chain(memory_id)
+            ids = {r["id"] for r in chain}
+            wide, same = _needles(chain, "everywhere")
+            everywhere = await self._plan_scrub(wide, ids, same, samples=5)
+            narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
+        return preview_of(memory_id, chain, wide, everywhere, narrow)
+
     async def forget(
         self: PgMemoryStore, memory_id: int, actor: str = "user", *, scope: str = "everywhere"
     ) -> ForgetReport:
@@ -121,11 +148,10 @@ class PgForgetOps:
         _check_scope(scope)
         report = ForgetReport(scope=scope)
         async with self.db.transaction():
-            chain = [await self._row(memory_id), *await self._older_versions(memory_id)]
-            chain = list({r["id"]: r for r in chain}.values())
+            chain = await self._chain(memory_id)
             matcher, same = _needles(chain, scope)
-            also = await self._same_values(same, {r["id"] for r in chain})
-            gone = [*chain, *also]
+            plan = await self._plan_scrub(matcher, {r["id"] for r in chain}, same)
+            gone = [*chain, *plan.also_forgotten]
             for row in gone:
                 fact_hash, value_hash = await self._tomb_hashes(
                     row["kind"], row["norm_key"], row["value"]
@@ -146,24 +172,16 @@ class PgForgetOps:
                 ids,
             )
             await self.db.execute("DELETE FROM memories WHERE id = ANY($1::bigint[])", ids)
-            report.redacted_messages = await self._redact_messages(matcher)
-            report.redacted_messages += await self._redact_memories(matcher)
+            await self._apply_scrub(plan)
             await self._drop_orphan_entities()
             await self._mark_profile_stale()
+            # Saved with the forget: a VACUUM that cannot run leaves it to retry_scrubs.
+            await self._note_pending(ids, UNFINISHED)
             report.forgotten = ids
-        if report.redacted_messages:
-            report.redacted = [f"{report.redacted_messages} messages or memories redacted"]
-        await self.vacuum()
+            report.redacted_messages = plan.counts.messages
+            report.redacted = plan.counts.lines()
+        report.scrub_pending = await self._purge_free_space(ids)
         return report
-
-    async def _same_values(self: PgMemoryStore, same: set[str], chain: set[int]) -> list[Any]:
-        """Other memories whose value is one of the forgotten values (scope everywhere)."""
-        if not same:
-            return []
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
-
-        rows = await self.db.fetchall(f"SELECT {MEMORY_COLUMNS} FROM memories")
-        return [r for r in rows if r["id"] not in chain and needle_form(r["value"]) in same]
 
     async def _bury_phrases(self: PgMemoryStore, texts: Iterable[str]) -> None:
         secret = await self._tomb_key()
@@ -178,72 +196,6 @@ class PgForgetOps:
             " ON CONFLICT DO NOTHING",
             rows,
         )
-
-    async def _redact_messages(self: PgMemoryStore, matcher: Matcher) -> int:
-        """Every message (content and metadata: tool calls and results) that contains the
-        text is rewritten with the match replaced, and re-indexed."""
-        if not matcher:
-            return 0
-        from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS, tsv_sql
-
-        changed = 0
-        rows = await self.db.fetchall(f"SELECT {_MESSAGE_COLUMNS} FROM messages ORDER BY id")
-        previous: dict[str, Any] = {}
-        for row in rows:
-            content, hits = matcher.redact(row["content"])
-            meta, meta_hits = matcher.redact_json(row["meta"])
-            before = previous.get(row["session_id"])
-            previous[row["session_id"]] = {**row, "content": content}
-            if not hits and not meta_hits and not (before and before.get("_redacted")):
-                continue
-            previous[row["session_id"]]["_redacted"] = bool(hits)
-            draft = {**row, "content": content}
-            body, context = message_documents(draft, before)
-            await self.db.execute(
-                f"UPDATE messages SET content = $2, meta = $3, tsv = {tsv_sql(4)} WHERE id = $1",
-                row["id"],
-                content,
-                meta,
-                body,
-                context,
-            )
-            if hits or meta_hits:
-                changed += 1
-                await self.db.execute("DELETE FROM embeddings WHERE message_id = $1", row["id"])
-                await self.db.execute("DELETE FROM entity_links WHERE message_id = $1", row["id"])
-                await self._link_entities("message_id", row["id"], entity_names(content))
-        return changed
-
-    async def _redact_memories(self: PgMemoryStore, matcher: Matcher) -> int:
-        """Other memories (summaries, reflections, facts) that quote the text keep the rest."""
-        if not matcher:
-            return 0
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
-
-        changed = 0
-        for row in await self.db.fetchall(f"SELECT {MEMORY_COLUMNS} FROM memories"):
-            value, hits = matcher.redact(row["value"])
-            evidence, quote_hits = matcher.redact(row["evidence"])
-            if not hits and not quote_hits:
-                continue
-            changed += 1
-            await self.db.execute(
-                "UPDATE memories SET value = $2, evidence = $3 WHERE id = $1",
-                row["id"],
-                value,
-                evidence,
-            )
-            await self.db.execute("DELETE FROM memory_history WHERE memory_id = $1", row["id"])
-            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", row["id"])
-            await self._index_memory(await self._row(row["id"]))
-        return changed
-
-    async def vacuum(self: PgMemoryStore, *, full: bool = False) -> None:
-        """Mark the dead rows' space free (``full``: rewrite the tables, an admin's compact).
-        VACUUM cannot run in a transaction: one statement per table on a pooled connection."""
-        async with self.db.reading():
-            for table in VACUUMED:
-                await self.db.execute(f"VACUUM {'FULL ' if full else ''}{table}")
 
 
 __all__ = ["SENTENCE", "PgForgetOps"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
 log = logging.getLogger(__name__)
+LINK_COUNT_S = 60.0
 EF_SEARCH = 200  # HNSW candidates per scan: room for the filters and other profiles' rows
 
 
@@ -56,6 +58,8 @@ class PgSearchOps(SearchOps):
         vector = await self._query_vector(query)
         async with self.db.reading():
             found = {"bm25": await self._pg_words(query, filters)}
+            if not found["bm25"]:  # no whole word matched: parts of words may (the design's
+                found["bm25"] = await self._pg_substrings(query, filters)  # substring fallback)
             if vector is not None:
                 found["vector"] = await self._pg_knn(np.asarray(vector, np.float32), filters)
             found["entity"] = await self._pg_entities(query, filters)
@@ -88,6 +92,33 @@ class PgSearchOps(SearchOps):
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
+
+    async def _pg_substrings(
+        self: PgMemoryStore, query: str, f: Filters
+    ) -> list[tuple[Key, float]]:
+        """Memories whose value, key or category contains a word of the query (3 letters or
+        more), most such words first: GIN trigram indexes serve it where pg_trgm is installed
+        (trigram_indexes), a scan of the profile's memories where it is not."""
+        parts = sorted({w for w in tokens(query) if len(w) >= 3})[:8]
+        target = next((t for t, _, _ in f.targets() if t.table == "memories"), None)
+        if not parts or target is None:
+            return []
+        where, params = next((w, p) for t, w, p in f.targets() if t is target)
+        patterns = ["%" + re.sub(r"([\\%_])", r"\\\1", w) + "%" for w in parts]
+        a = target.alias
+        hits = " + ".join(
+            f"(({a}.value ILIKE ${i}) OR ({a}.key ILIKE ${i}) OR ({a}.category ILIKE ${i}))::int"
+            for i in range(2, 2 + len(patterns))
+        )
+        cond = numbered(where, 2 + len(patterns))
+        rows = await self.db.fetchall(
+            f"SELECT id, n FROM (SELECT {a}.id, {hits} AS n FROM {target.table} {a}"
+            f" WHERE {cond}) found WHERE n > 0 ORDER BY n DESC, id DESC LIMIT $1",
+            self.tuning.depth,
+            *patterns,
+            *params,
+        )
+        return [((target.kind, r[0]), float(r[1])) for r in rows]
 
     async def _pg_knn(
         self: PgMemoryStore, vector: np.ndarray, f: Filters
@@ -141,7 +172,7 @@ class PgSearchOps(SearchOps):
         named = [r for r in named if r["n"] > 0]
         if not named:
             return []
-        total = await self.db.scalar("SELECT count(*) FROM entity_links") or 1
+        total = await self._link_count()
         ids = [r["id"] for r in named]
         weights = [math.log(1 + total / r["n"]) for r in named]
         hits: list[tuple[Key, float]] = []
@@ -162,6 +193,16 @@ class PgSearchOps(SearchOps):
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
+
+    async def _link_count(self: PgMemoryStore) -> int:
+        """The profile's entity links, for the names' weights: counted at most every
+        LINK_COUNT_S (a count read every link, ~5 ms at 10k memories; a weight barely moves)."""
+        now = time.monotonic()
+        cached = getattr(self, "_links_counted", None)
+        if cached is None or now - cached[0] > LINK_COUNT_S:
+            count = await self.db.scalar("SELECT count(*) FROM entity_links") or 1
+            cached = self._links_counted = (now, int(count))
+        return cached[1]
 
     async def _rerank_messages(
         self: PgMemoryStore,
@@ -230,6 +271,30 @@ class PgSearchOps(SearchOps):
         return hits
 
 
+TRIGRAM_COLUMNS = ("value", "key", "category")
+
+
+async def trigram_indexes(db: PgDatabase) -> bool:
+    """GIN trigram indexes for the substring fallback, where pg_trgm is installed (created
+    by an administrator: ``CREATE EXTENSION pg_trgm``); True when they exist. Only the
+    tables' owner may create them; anyone else is served by a scan meanwhile."""
+    import asyncpg
+
+    if not await db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"):
+        return False
+    try:
+        async with db.transaction():
+            for column in TRIGRAM_COLUMNS:
+                await db.execute(
+                    f"CREATE INDEX IF NOT EXISTS memories_{column}_trgm ON memories"
+                    f" USING gin ({column} gin_trgm_ops)"
+                )
+    except asyncpg.InsufficientPrivilegeError:
+        log.info("no trigram indexes yet: only the tables' owner may create them")
+        return False
+    return True
+
+
 async def vector_index(db: PgDatabase, dim: int) -> bool:
     """Create the HNSW index for ``dim`` (an expression index on the cast, partial to that
     dimension). Only the tables' owner may: for any other role it is left to the next open
@@ -251,4 +316,4 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
     return True
 
 
-__all__ = ["MEMORIES", "PgSearchOps", "vector_index"]
+__all__ = ["MEMORIES", "PgSearchOps", "trigram_indexes", "vector_index"]

@@ -209,7 +209,9 @@ class PgSessionOps:
     async def backfill_embeddings(
         self: PgMemoryStore, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
-        """Embed what has no vector for the current model; returns how many texts."""
+        """Embed what has no vector for the current model (memories first, then messages unless
+        ``messages`` is false); when nothing is left, drop vectors of earlier models. Returns
+        how many texts were embedded."""
         if self.embedder is None:
             return 0
         from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
@@ -259,6 +261,9 @@ class PgSessionOps:
                         ],
                     )
                 done += len(rows)
+        if await self.missing_embeddings() == 0:  # every text has the current model's vector
+            async with self.db.transaction():
+                await self.db.execute("DELETE FROM embeddings WHERE model != $1", model)
         return done
 
 

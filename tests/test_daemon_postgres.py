@@ -1,0 +1,332 @@
+"""The daemon with ``[memory] backend = "postgres"`` on a real server (pgserver): a whole
+session learned into the server, two machines' daemons on one profile (a fact learned on one
+reaches the other's clients as ``memory.changed``), and an outage of the server that loses
+nothing a user typed (kept in a local outbox, replayed in order when the server is back)."""
+
+from __future__ import annotations
+
+import asyncio
+import stat
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from navi_desktop.config import load_settings
+from navi_desktop.daemon.service import Service
+from navi_desktop.memory.pg import PgMemoryStore
+from navi_desktop.paths import Paths
+from tests.daemon_support import Peer
+from tests.fake_ollama import FakeOllama, Reply
+from tests.pg_support import profile_name
+from tests.pipeline_helpers import MODELS, extraction, fact, profile
+
+
+class QuickService(Service):
+    def idle_seconds(self) -> float:
+        return 0.3
+
+
+class Proxy:
+    """A TCP port that forwards to the server; ``down()`` is an outage (listener and every
+    live connection cut), ``up()`` the server back on the same port."""
+
+    def __init__(self, target_dsn: str) -> None:
+        parts = urlsplit(target_dsn)
+        query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+        self.unix = query.get("host") if (query.get("host") or "").startswith("/") else None
+        self.target = (parts.hostname, parts.port or 5432)
+        self.user = parts.username or "postgres"
+        self.database = parts.path.lstrip("/") or "postgres"
+        self.port = 0
+        self.server: asyncio.Server | None = None
+        self.links: set[asyncio.StreamWriter] = set()
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://{self.user}@127.0.0.1:{self.port}/{self.database}"
+
+    async def up(self) -> None:
+        self.server = await asyncio.start_server(self._link, "127.0.0.1", self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def down(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for writer in list(self.links):
+            writer.transport.abort()
+        self.links.clear()
+        await self.server.wait_closed()
+
+    async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.unix:
+            port = self.target[1]
+            up_reader, up_writer = await asyncio.open_unix_connection(
+                f"{self.unix}/.s.PGSQL.{port}"
+            )
+        else:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        self.links |= {writer, up_writer}
+
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            try:
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                dst.transport.abort()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+
+def server_service(
+    home: Path, ollama_url: str, dsn: str, profile: str, sent: list, *, read_memory: bool = False
+) -> Service:
+    paths = Paths.from_env({"NAVI_HOME": str(home)})
+    paths.config.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text(
+        f'[ollama]\nhost = "{ollama_url}"\n[memory]\nembedder = "none"\nprofile = "{profile}"\n'
+        f'backend = "postgres"\ndsn = "{dsn}"\n'
+        f"[incognito]\nread_memory = {'true' if read_memory else 'false'}\n"
+    )
+    settings, errors = load_settings(paths.config_file)
+    assert errors == []
+
+    async def broadcast(topic, method, params):
+        sent.append((topic, method, params))
+
+    return QuickService(paths, settings, broadcast)
+
+
+async def _until(check, seconds: float = 10.0):
+    for _ in range(int(seconds / 0.05)):
+        if value := await check():
+            return value
+        await asyncio.sleep(0.05)
+    return await check()
+
+
+async def test_a_session_is_learned_into_the_server(tmp_path, pg_dsn):
+    name = profile_name()
+    async with FakeOllama(MODELS) as fake:
+        sent: list = []
+        service = server_service(tmp_path, fake.url, pg_dsn, name, sent)
+        try:
+            fake.script(
+                Reply("How interesting!"),
+                extraction(
+                    [fact("job", "marine biologist", "I work as a marine biologist")],
+                    summary="The user talked about their job.",
+                ),
+                profile("The user is a marine biologist."),
+            )
+            result = await service.chat_send({"text": "I work as a marine biologist."}, Peer())
+            assert result["reply"] == "How interesting!"
+            store = await service.store(name)
+
+            async def ended():
+                return (await store.get_session(result["session_id"])).state == "ended"
+
+            assert await _until(ended)
+        finally:
+            await service.shutdown(budget_s=5)
+    # Read back over a connection of its own: it is on the server, not in a local file.
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        facts, _ = await check.list_memories(kind="fact")
+        assert [m.value for m in facts] == ["marine biologist"]
+        said = await check.messages(result["session_id"])
+        assert [m.role for m in said] == ["user", "assistant"]
+    assert not list(tmp_path.rglob("memory.db"))  # nothing written to a local profile
+
+
+async def test_a_fact_learned_on_one_machine_reaches_the_other(tmp_path, pg_dsn):
+    name = profile_name()
+    async with FakeOllama(MODELS) as fake:
+        heard_a: list = []
+        heard_b: list = []
+        a = server_service(tmp_path / "laptop", fake.url, pg_dsn, name, heard_a)
+        b = server_service(tmp_path / "desktop", fake.url, pg_dsn, name, heard_b)
+        handlers_a = a.handlers()
+        try:
+            await b.store(name)  # B listens from its first use
+            await (await b.store(name)).stats()
+            added = await handlers_a["memory.add"](
+                {"args": ["green tea"], "kwargs": {"key": "tea"}}, Peer()
+            )
+            new_id = added["memory"]["id"]
+
+            async def heard():
+                return [p for _, m, p in heard_b if m == "memory.changed" and new_id in p["ids"]]
+
+            notes = await _until(heard)
+            assert notes and notes[0]["profile"] == name
+            got = await (await b.store(name)).get(new_id)
+            assert got.value == "green tea"
+        finally:
+            await a.shutdown(budget_s=5)
+            await b.shutdown(budget_s=5)
+
+
+async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg_dsn):
+    name = profile_name()
+    proxy = Proxy(pg_dsn)
+    await proxy.up()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        sent: list = []
+        service = server_service(tmp_path, fake.url, proxy.dsn, name, sent)
+        try:
+            first = await service.chat_send({"text": "before the outage"}, Peer())
+            sid = first["session_id"]
+            await proxy.down()
+
+            # The server is gone: the turn still answers, and what was typed is kept locally.
+            during = await service.chat_send(
+                {"text": "my locker code is 4711", "session_id": sid}, Peer()
+            )
+            assert during["reply"] == "Noted."
+            fresh = await service.chat_send({"text": "a new chat while away"}, Peer())
+            outbox = next(tmp_path.rglob("outbox.db"))
+            assert stat.S_IMODE(outbox.stat().st_mode) == 0o600
+            status = await service.status({}, Peer())
+            assert "kept locally" in (status["last_failure"] or "")
+            shown = await service.sessions_show({"id": sid}, Peer())
+            assert "my locker code is 4711" in [m["content"] for m in shown["messages"]]
+
+            await proxy.up()
+            await service.retry_due()
+            assert not outbox.exists()  # sent, and no copy left behind
+        finally:
+            await service.shutdown(budget_s=5)
+            await proxy.down()
+
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        said = [(m.role, m.content) for m in await check.messages(sid)]
+        assert said == [
+            ("user", "before the outage"),
+            ("assistant", "Noted."),
+            ("user", "my locker code is 4711"),
+            ("assistant", "Noted."),
+        ]
+        later = [(m.role, m.content) for m in await check.messages(fresh["session_id"])]
+        assert later == [("user", "a new chat while away"), ("assistant", "Noted.")]
+
+
+async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, pg_dsn):
+    name = profile_name()
+    proxy = Proxy(pg_dsn)
+    await proxy.up()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
+        await proxy.down()
+        try:
+            kept = await service.chat_send({"text": "typed while the server was down"}, Peer())
+        finally:
+            await service.shutdown(budget_s=2)
+        await proxy.up()
+        again = server_service(tmp_path, fake.url, proxy.dsn, name, [])
+        try:
+            await again.recover()
+            await again.store(name)
+            await again.retry_due()
+        finally:
+            await again.shutdown(budget_s=5)
+            await proxy.down()
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        said = [m.content for m in await check.messages(kept["session_id"])]
+        assert said == ["typed while the server was down", "Noted."]
+
+
+async def test_no_server_named_is_one_line_with_the_fix(tmp_path, monkeypatch):
+    monkeypatch.delenv("NAVI_PG_DSN", raising=False)
+    paths = Paths.from_env({"NAVI_HOME": str(tmp_path)})
+    paths.config.mkdir(parents=True, exist_ok=True)
+    paths.config_file.write_text('[memory]\nembedder = "none"\nbackend = "postgres"\n')
+    settings, errors = load_settings(paths.config_file)
+    assert errors == []
+
+    async def broadcast(*_):
+        return None
+
+    service = Service(paths, settings, broadcast)
+    try:
+        store = await service.store("me")
+        with pytest.raises(Exception) as caught:
+            await store.stats()
+        text = str(caught.value)
+        assert "\n" not in text and "NAVI_PG_DSN" in text and "pgserver" in text
+    finally:
+        await service.shutdown(budget_s=1)
+
+
+async def test_incognito_reads_the_server_and_writes_nothing_there(tmp_path, pg_dsn):
+    import asyncpg
+
+    name = profile_name()
+    async with FakeOllama(MODELS, default_reply=Reply("You like green tea.")) as fake:
+        service = server_service(tmp_path, fake.url, pg_dsn, name, [], read_memory=True)
+        handlers = service.handlers()
+        try:
+            await handlers["memory.add"]({"args": ["green tea"], "kwargs": {"key": "tea"}}, Peer())
+            conn = await asyncpg.connect(pg_dsn)
+            counts = (
+                "SELECT (SELECT count(*) FROM navi.sessions s JOIN navi.users u"
+                "        ON u.id = s.user_id WHERE u.profile = $1),"
+                "       (SELECT count(*) FROM navi.messages m JOIN navi.users u"
+                "        ON u.id = m.user_id WHERE u.profile = $1),"
+                "       (SELECT count(*) FROM navi.injections i JOIN navi.users u"
+                "        ON u.id = i.user_id WHERE u.profile = $1)"
+            )
+            before = tuple(await conn.fetchrow(counts, name))
+            reply = await service.chat_send(
+                {"text": "Which tea do I like?", "incognito": True}, Peer()
+            )
+            assert reply["reply"] == "You like green tea."
+            asked = fake.bodies()[-1]["messages"][0]["content"]
+            assert "green tea" in asked  # read from the server
+            assert tuple(await conn.fetchrow(counts, name)) == before == (0, 0, 0)
+            await conn.close()
+        finally:
+            await service.shutdown(budget_s=2)
+
+
+async def test_a_session_end_is_processed_by_one_daemon_at_a_time(pg_dsn):
+    name = profile_name()
+    async with (
+        await PgMemoryStore.open(pg_dsn, name) as laptop,
+        await PgMemoryStore.open(pg_dsn, name) as desktop,
+    ):
+        sid = (await laptop.create_session()).id
+        async with laptop.processing(sid) as first:
+            async with desktop.processing(sid) as second:
+                assert (first, second) == (True, False)
+            async with desktop.processing("another") as other:
+                assert other  # only that session is taken
+        async with desktop.processing(sid) as after:
+            assert after  # let go when the first was done
+
+
+async def test_using_a_memory_in_a_reply_is_no_news_to_the_other_machine(pg_dsn):
+    name = profile_name()
+    async with (
+        await PgMemoryStore.open(pg_dsn, name) as laptop,
+        await PgMemoryStore.open(pg_dsn, name) as desktop,
+    ):
+        from navi_desktop.memory.pg.store import watch_changes
+
+        heard: list[int] = []
+        feed = await watch_changes(desktop, heard.append)
+        try:
+            fact = (await laptop.add_memory("green tea", key="tea")).memory
+            edited = await laptop.pin(fact.id)
+            await laptop.touch([fact.id])  # put into a prompt: used, not changed
+            marker = (await laptop.add_memory("black coffee", key="coffee")).memory
+
+            async def both():
+                return heard if marker.id in heard else None
+
+            assert await _until(both)
+            assert heard == [fact.id, edited.id, marker.id]
+        finally:
+            await feed.close()
