@@ -250,7 +250,10 @@ class Database:
         except DbError as exc:
             raise self._failure(exc) from exc
         # Not closed: closing costs another round trip to the SQLite thread, and a statement
-        # without result rows is finished once executed; the cursor goes with its last reference.
+        # without result rows is finished once executed. One with rows left unread (a PRAGMA
+        # that answers) stays running until closed, and VACUUM refuses to run beside it.
+        if cur.description is not None:
+            await cur.close()
         return cur.lastrowid if sql.lstrip()[:6].upper() == "INSERT" else cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +26,11 @@ from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.failures import disk_full
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.forget import ForgetOps
+from navi_desktop.memory.housekeeping import HousekeepingOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.maintenance import MaintenanceOps
 from navi_desktop.memory.migrations import check_schema, migrate
-from navi_desktop.memory.models import Memory, Message, Session
+from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.search import SearchOps
 from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
@@ -44,6 +43,7 @@ LOAD_CHUNK = 250_000  # codes read at once when loading the bit index (24 MB at 
 
 
 class MemoryStore(
+    HousekeepingOps,
     FactOps,
     EditOps,
     StateOps,
@@ -130,49 +130,6 @@ class MemoryStore(
     async def set_meta(self, key: str, value: str | None) -> None:
         async with self.db.transaction():
             await self._set_meta(key, value)
-
-    # -- what the learning pipeline asks (the same on the server store) -------------------------
-
-    async def facts_by_key(
-        self, norm_key: str, status: str, *, reason: str | None = None
-    ) -> list[Memory]:
-        """Facts with this key and status (and review reason), newest first."""
-        async with self.db.reading():
-            rows = await self.db.fetchall(
-                "SELECT * FROM memories WHERE kind = 'fact' AND norm_key = ? AND status = ?"
-                " AND (? IS NULL OR review_reason = ?) ORDER BY id DESC",
-                (norm_key, status, reason, reason),
-            )
-        return [Memory.from_row(r) for r in rows]
-
-    async def session_attempts(self, session_id: str) -> int:
-        """How many times processing the session failed before."""
-        async with self.db.reading():
-            value = await self.db.scalar(
-                "SELECT attempts FROM sessions WHERE id = ?", (session_id,)
-            )
-        return int(value or 0)
-
-    async def backup_if_due(self) -> Any:
-        return await self.db.backup_if_due()
-
-    @asynccontextmanager
-    async def processing(self, session_id: str) -> AsyncIterator[bool]:
-        """Whether this process may process the session now: always, as the daemon's lock
-        on the folder makes it the file's only writer (a server store claims it)."""
-        yield True
-
-    async def compact(self) -> dict[str, Any]:
-        """Rewrite the file without its free pages (VACUUM): after a forget, no page that
-        once held the text is left, even zeroed; the sizes before and after, in bytes."""
-        before = self.path.stat().st_size
-        async with self.db.lock:
-            try:
-                await self.db.conn.execute("VACUUM")
-                await self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except DbError as exc:
-                raise self.db._failure(exc) from exc
-        return {"bytes_before": before, "bytes_after": self.path.stat().st_size}
 
     # -- sessions and messages ----------------------------------------------------------------
 

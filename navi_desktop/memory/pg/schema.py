@@ -17,6 +17,11 @@ from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.pg.connect import StorageUnavailable
 from navi_desktop.memory.pg.db import SCHEMA, PgDatabase
+from navi_desktop.memory.pg.schema_updates import (
+    m0003_policies_once_per_statement,
+    m0004_notify_on_change_not_use,
+    m0005_entity_links_by_entity,
+)
 
 MIGRATION_LOCK = 0x4E415649  # "NAVI": one migrator at a time per database
 
@@ -310,57 +315,13 @@ async def _m0002_admin_role(db: PgDatabase) -> None:
         await db.execute("CREATE ROLE navi_admin NOLOGIN")
 
 
-# Policies the planner can cost. A function in a policy is called for every row a statement
-# reads (is_admin(), a pg_roles lookup, made counting 2,000 rows take 50 ms); as a scalar
-# subquery it is an InitPlan, run once per statement. And a row estimate the policies cut to
-# 8 of 2,000 made the planner join embeddings to memories by a nested loop over both (221 ms)
-# instead of the HNSW index (6 ms): equality with a value, not coalesce() or IN (subplan),
-# keeps the estimate. The policies mean the same as 0001's.
-_ONCE_PER_STATEMENT = """
-ALTER POLICY own ON {table}
-    USING (user_id = ANY (ARRAY(SELECT id FROM users WHERE mine(owner_role))))
-    WITH CHECK (user_id = ANY (ARRAY(SELECT id FROM users WHERE mine(owner_role))));
-ALTER POLICY read_all ON {table} USING ((SELECT is_admin()));
-ALTER POLICY one_profile ON {table}
-    USING ((SELECT profile_id()) IS NULL OR user_id = (SELECT profile_id()))
-    WITH CHECK ((SELECT profile_id()) IS NULL OR user_id = (SELECT profile_id()));
-"""
-
-
-async def _m0003_policies_once_per_statement(db: PgDatabase) -> None:
-    for table in USER_TABLES:
-        await db.execute(_ONCE_PER_STATEMENT.format(table=table))
-
-
-# Another daemon hears of what changed a memory, not of its use: each chat turn marks the
-# memories it put into the prompt (last_used_at, strength back to 1), and that is no news
-# to anyone. Decay's archiving changes the status, which is.
-_NOTIFY_ON_CHANGE = """
-DROP TRIGGER memories_changed ON memories;
-CREATE TRIGGER memories_changed AFTER INSERT OR DELETE OR UPDATE OF
-    kind, category, subject, key, value, evidence, source, confidence, status, pinned,
-    superseded_by, review_reason, expires_at, valid_from, valid_to
-    ON memories FOR EACH ROW EXECUTE FUNCTION notify_change();
-"""
-
-
-async def _m0004_notify_on_change_not_use(db: PgDatabase) -> None:
-    await db.execute(_NOTIFY_ON_CHANGE)
-
-
-async def _m0005_entity_links_by_entity(db: PgDatabase) -> None:
-    # How often a name is linked (its weight in search): the unique indexes are partial (a
-    # memory's links, a message's), so counting by entity alone scanned the table.
-    await db.execute("CREATE INDEX entity_links_by_entity ON entity_links (entity_id)")
-
-
 Step = Callable[[PgDatabase], Coroutine[Any, Any, None]]
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_tables", _m0001_tables),
     ("0002_admin_role", _m0002_admin_role),
-    ("0003_policies_once_per_statement", _m0003_policies_once_per_statement),
-    ("0004_notify_on_change_not_use", _m0004_notify_on_change_not_use),
-    ("0005_entity_links_by_entity", _m0005_entity_links_by_entity),
+    ("0003_policies_once_per_statement", m0003_policies_once_per_statement),
+    ("0004_notify_on_change_not_use", m0004_notify_on_change_not_use),
+    ("0005_entity_links_by_entity", m0005_entity_links_by_entity),
 ]
 
 

@@ -7,24 +7,22 @@ server's row-level security, not this code (schema.py)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
-from navi_desktop.memory.models import Memory, Message, Session
+from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.pg.db import PgDatabase, rowcount
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.exchange import PgExchangeOps
-from navi_desktop.memory.pg.facts import MEMORY_COLUMNS, PgFactOps
+from navi_desktop.memory.pg.facts import PgFactOps
 from navi_desktop.memory.pg.forget import PgForgetOps
+from navi_desktop.memory.pg.housekeeping import PgHousekeepingOps
 from navi_desktop.memory.pg.ledger import PgLedgerOps
 from navi_desktop.memory.pg.maintenance import PgMaintenanceOps
 from navi_desktop.memory.pg.schema import migrate
@@ -48,6 +46,7 @@ def tsv_sql(first: int) -> str:
 
 
 class PgMemoryStore(
+    PgHousekeepingOps,
     PgEntityOps,
     PgExchangeOps,
     PgFactOps,
@@ -134,57 +133,6 @@ class PgMemoryStore(
     async def set_meta(self, key: str, value: str | None) -> None:
         async with self.db.transaction():
             await self._set_meta(key, value)
-
-    # -- what the learning pipeline asks (the same as the SQLite store) -------------------------
-
-    async def facts_by_key(
-        self, norm_key: str, status: str, *, reason: str | None = None
-    ) -> list[Memory]:
-        async with self.db.reading():
-            rows = await self.db.fetchall(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE kind = 'fact' AND norm_key = $1"
-                " AND status = $2 AND ($3::text IS NULL OR review_reason = $3) ORDER BY id DESC",
-                norm_key,
-                status,
-                reason,
-            )
-        return [Memory.from_row(r) for r in rows]
-
-    async def session_attempts(self, session_id: str) -> int:
-        async with self.db.reading():
-            value = await self.db.scalar("SELECT attempts FROM sessions WHERE id = $1", session_id)
-        return int(value or 0)
-
-    async def backup_if_due(self) -> None:
-        """The server's backups are its administrator's (pg_dump, base backups), not Navi's."""
-        return None
-
-    @asynccontextmanager
-    async def processing(self, session_id: str) -> AsyncIterator[bool]:
-        """Claim the session for processing: False when another daemon holds it. An advisory
-        lock held on a connection of its own while the session is processed, so a daemon that
-        dies mid-way lets go of it with its connection."""
-        digest = hashlib.blake2b(f"{self.user_id} {session_id}".encode(), digest_size=8)
-        key = int.from_bytes(digest.digest(), "big", signed=True)  # a bigint lock key
-        async with self.db.claim() as conn:
-            got = await conn.fetchval("SELECT pg_try_advisory_lock($1)", key)
-            try:
-                yield bool(got)
-            finally:
-                if got:
-                    await conn.execute("SELECT pg_advisory_unlock($1)", key)
-
-    async def compact(self) -> dict[str, Any]:
-        """VACUUM FULL the tables a forget touches: they are rewritten, so no free space keeps
-        the old rows. Needs the tables' owner (an admin); the sizes before and after, in bytes
-        (the whole database: other profiles share the tables)."""
-        size = "SELECT pg_database_size(current_database())"
-        async with self.db.reading():
-            before = await self.db.scalar(size)
-        await self.vacuum(full=True)
-        async with self.db.reading():
-            after = await self.db.scalar(size)
-        return {"bytes_before": int(before), "bytes_after": int(after)}
 
     # -- sessions and messages ----------------------------------------------------------------
 

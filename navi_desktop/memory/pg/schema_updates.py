@@ -1,0 +1,55 @@
+"""The server schema's later steps (schema.py keeps the list): each changes what an earlier
+step made, and says why."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.pg.db import PgDatabase
+
+
+# Policies the planner can cost. A function in a policy is called for every row a statement
+# reads (is_admin(), a pg_roles lookup, made counting 2,000 rows take 50 ms); as a scalar
+# subquery it is an InitPlan, run once per statement. And a row estimate the policies cut to
+# 8 of 2,000 made the planner join embeddings to memories by a nested loop over both (221 ms)
+# instead of the HNSW index (6 ms): equality with a value, not coalesce() or IN (subplan),
+# keeps the estimate. The policies mean the same as 0001's.
+_ONCE_PER_STATEMENT = """
+ALTER POLICY own ON {table}
+    USING (user_id = ANY (ARRAY(SELECT id FROM users WHERE mine(owner_role))))
+    WITH CHECK (user_id = ANY (ARRAY(SELECT id FROM users WHERE mine(owner_role))));
+ALTER POLICY read_all ON {table} USING ((SELECT is_admin()));
+ALTER POLICY one_profile ON {table}
+    USING ((SELECT profile_id()) IS NULL OR user_id = (SELECT profile_id()))
+    WITH CHECK ((SELECT profile_id()) IS NULL OR user_id = (SELECT profile_id()));
+"""
+
+
+async def m0003_policies_once_per_statement(db: PgDatabase) -> None:
+    from navi_desktop.memory.pg.schema import USER_TABLES
+
+    for table in USER_TABLES:
+        await db.execute(_ONCE_PER_STATEMENT.format(table=table))
+
+
+# Another daemon hears of what changed a memory, not of its use: each chat turn marks the
+# memories it put into the prompt (last_used_at, strength back to 1), and that is no news
+# to anyone. Decay's archiving changes the status, which is.
+_NOTIFY_ON_CHANGE = """
+DROP TRIGGER memories_changed ON memories;
+CREATE TRIGGER memories_changed AFTER INSERT OR DELETE OR UPDATE OF
+    kind, category, subject, key, value, evidence, source, confidence, status, pinned,
+    superseded_by, review_reason, expires_at, valid_from, valid_to
+    ON memories FOR EACH ROW EXECUTE FUNCTION notify_change();
+"""
+
+
+async def m0004_notify_on_change_not_use(db: PgDatabase) -> None:
+    await db.execute(_NOTIFY_ON_CHANGE)
+
+
+async def m0005_entity_links_by_entity(db: PgDatabase) -> None:
+    # How often a name is linked (its weight in search): the unique indexes are partial (a
+    # memory's links, a message's), so counting by entity alone scanned the table.
+    await db.execute("CREATE INDEX entity_links_by_entity ON entity_links (entity_id)")

@@ -1,0 +1,66 @@
+"""Choosing where memory lives: ``[memory] backend`` and ``dsn`` (checked, the password never
+shown back), the CLI on a server profile, and ``forget --compact``."""
+
+from __future__ import annotations
+
+import json
+
+from navi_desktop.config import parse_settings
+
+
+def test_backend_and_dsn_are_checked_and_a_password_is_never_shown():
+    settings, errors = parse_settings(
+        {"memory": {"backend": "postgres", "dsn": "mysql://navi:s3cret@db/navi"}}
+    )
+    assert settings.memory.backend == "postgres" and settings.memory.dsn is None
+    [error] = errors
+    assert error.key == "memory.dsn" and "postgresql://" in str(error)
+    assert "s3cret" not in str(error)
+    _, errors = parse_settings({"memory": {"backend": "mysql"}})
+    assert [e.key for e in errors] == ["memory.backend"]
+
+
+def test_the_file_names_the_server_before_the_environment():
+    settings, errors = parse_settings({"memory": {"dsn": "postgresql://a@file/navi"}})
+    assert errors == []
+    env = {"NAVI_PG_DSN": "postgresql://b@env/navi"}
+    assert settings.memory.effective_dsn(env) == "postgresql://a@file/navi"
+    unset, _ = parse_settings({"memory": {"dsn": ""}})  # empty: the variable's
+    assert unset.memory.effective_dsn(env) == "postgresql://b@env/navi"
+    assert unset.memory.effective_dsn({}) is None
+
+
+def test_the_cli_on_a_server_profile_with_no_server_named_is_one_line(home, cli, monkeypatch):
+    monkeypatch.delenv("NAVI_PG_DSN", raising=False)
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text('[memory]\nbackend = "postgres"\n')
+    code, out, err = cli("list")
+    assert code != 0 and out == ""
+    assert err.count("\n") == 1 and "NAVI_PG_DSN" in err and "navi memory server start" in err
+    assert not (home / "data" / "profiles").exists()  # no local file made instead
+
+
+def test_the_cli_works_on_the_server(home, cli, pg_dsn):
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text(
+        f'[memory]\nbackend = "postgres"\ndsn = "{pg_dsn}"\n'
+    )
+    code, out, err = cli("--json", "add", "editor", "helix", profile="srv-cli")
+    assert code == 0, err
+    code, out, _ = cli("--json", "list", profile="srv-cli")
+    assert [m["value"] for m in json.loads(out)["memories"]] == ["helix"]
+    assert not (home / "data" / "profiles").exists()
+
+
+def test_forget_compact_rewrites_the_file_without_the_text(home, cli):
+    secret = "locker code 4711-ZEBRA"
+    code, out, err = cli("--json", "add", "locker", secret)
+    assert code == 0, err
+    memory_id = json.loads(out)["memory"]["id"]
+    code, out, err = cli("forget", str(memory_id), "--yes", "--compact")
+    assert code == 0, err
+    assert "Compacted:" in out
+    folder = home / "data" / "profiles" / "alice"
+    for path in folder.iterdir():
+        if path.is_file():
+            assert b"ZEBRA" not in path.read_bytes(), path
