@@ -91,8 +91,11 @@ def default_profile() -> str:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) and make the leaf folder private to the user (0700)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create ``path`` (and parents) and make the leaf folder private to the user (0700).
+    Parents it creates are private too (mkdir's mode is not theirs): a folder of profiles
+    shows their names."""
+    for missing in reversed([p for p in (path, *path.parents) if not p.exists()]):
+        missing.mkdir(exist_ok=True, mode=0o700)
     if path.stat().st_mode & 0o777 != 0o700:
         path.chmod(0o700)
     return path

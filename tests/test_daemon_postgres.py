@@ -189,14 +189,19 @@ async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg
             fresh = await service.chat_send({"text": "a new chat while away"}, Peer())
             outbox = next(tmp_path.rglob("outbox.db"))
             assert stat.S_IMODE(outbox.stat().st_mode) == 0o600
+            for folder in outbox.relative_to(tmp_path).parents:  # data/profiles/<name>
+                if folder.parts:
+                    assert stat.S_IMODE((tmp_path / folder).stat().st_mode) == 0o700, folder
             status = await service.status({}, Peer())
-            assert "kept locally" in (status["last_failure"] or "")
+            problem = status["profile_errors"][name]["message"]
+            assert "not reachable" in problem and "4 messages kept on this machine" in problem
             shown = await service.sessions_show({"id": sid}, Peer())
             assert "my locker code is 4711" in [m["content"] for m in shown["messages"]]
 
             await proxy.up()
             await service.retry_due()
             assert not outbox.exists()  # sent, and no copy left behind
+            assert (await service.status({}, Peer()))["profile_errors"] == {}
         finally:
             await service.shutdown(budget_s=5)
             await proxy.down()

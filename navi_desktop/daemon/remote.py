@@ -80,6 +80,22 @@ class RemoteProfiles:
             params = {"profile": profile, "method": "server", "ids": ids}
             self.service._spawn(self.service.broadcast("memory", "memory.changed", params))
 
+    async def errors(self) -> dict[str, dict[str, str]]:
+        """For ``daemon.status``: each server profile whose server did not answer last, with
+        what waits in its outbox (the same shape as the file profiles' errors)."""
+        out = {}
+        for profile, store in sorted(self._stores.items()):
+            if store.away is None:
+                continue
+            waiting = await store.outbox.messages_waiting()
+            kept = (
+                f"; {waiting} message{'s' * (waiting != 1)} kept on this machine until it is back"
+                if waiting
+                else "; what you type is kept on this machine meanwhile"
+            )
+            out[profile] = {"kind": "StorageUnavailable", "message": store.away + kept}
+        return out
+
     def shown_server(self) -> str | None:
         """The memory server (password hidden) when profiles live on one, else None."""
         memory = self.service.settings.memory

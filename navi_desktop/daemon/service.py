@@ -396,6 +396,6 @@ class Service(ChatMethods, SessionMethods):
             "last_failure": reason,
             "profiles": self.profiles,
             "memory_server": self.remote.shown_server(),
-            "profile_errors": self.profile_errors.to_dict(),
+            "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),
             "config_errors": self.config_errors,
         }

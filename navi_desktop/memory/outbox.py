@@ -71,6 +71,12 @@ class Outbox:
         rows = await asyncio.to_thread(self._run, "SELECT count(*) FROM pending")
         return int(rows[0][0]) if rows else 0
 
+    async def messages_waiting(self) -> int:
+        rows = await asyncio.to_thread(
+            self._run, "SELECT count(*) FROM pending WHERE kind = 'message'"
+        )
+        return int(rows[0][0]) if rows else 0
+
     async def done(self, seq: int) -> None:
         """``seq`` reached the server; the file goes once nothing is left in it."""
         await asyncio.to_thread(self._run, "DELETE FROM pending WHERE seq = ?", (seq,))

@@ -16,6 +16,7 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.markup import escape
 from textual.screen import Screen
 from textual.signal import Signal
 from textual.worker import Worker, WorkerState
@@ -184,8 +185,9 @@ class NaviApp(App[None]):
             fields |= daemon_fields(daemon, await self.link.memory("stats"), self.status.profile)
         except CorruptDatabase as err:  # the profile's file: the banner says what and how to fix
             fields["profile_error"] = str(err)
-        except Exception:
-            return
+        except Exception:  # the daemon's status says why, when it knows (a server away)
+            if not fields.get("profile_error"):
+                return
         if notes != self._progress_notes:  # a progress notification meanwhile is newer
             del fields["learning"]
         self.set_status(**fields)
@@ -233,7 +235,7 @@ class NaviApp(App[None]):
 
     def report(self, err: BaseException, doing: str) -> None:
         """An error as a notification that names what failed and why (never a traceback)."""
-        self.notify(f"{doing} failed: {err}", severity="error", timeout=8)
+        self.notify(escape(f"{doing} failed: {err}"), severity="error", timeout=8)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The net under every worker: an unexpected error becomes a notification."""

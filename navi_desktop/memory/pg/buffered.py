@@ -57,6 +57,7 @@ class BufferedStore:
         self._opener = opener
         self._on_open = on_open
         self._store: PgMemoryStore | None = None
+        self.away: str | None = None  # why the server did not answer the last call, if not
         self._opening = asyncio.Lock()
         self.outbox = outbox
         self._lock = asyncio.Lock()  # one replay at a time, and writes wait behind it
@@ -80,7 +81,7 @@ class BufferedStore:
             raise StorageUnavailable(f"memory server not connected yet (for {name})")
 
         async def call(*args: Any, **kwargs: Any) -> Any:
-            return await getattr(await self.server(), name)(*args, **kwargs)
+            return await self._call(name, *args, **kwargs)
 
         return call
 
@@ -91,7 +92,7 @@ class BufferedStore:
 
     async def keep_alive(self) -> int:
         """Open the server store if it is not, and replay the outbox; the writes sent."""
-        await self.server()
+        await self._call("get_meta", "profile_summary")  # connected, and answering
         return await self.replay()
 
     async def replay(self) -> int:
@@ -105,8 +106,8 @@ class BufferedStore:
         for row in await self.outbox.pending():
             if row["kind"] == "session":
                 with contextlib.suppress(InvalidInput):  # already there: an earlier replay
-                    await (await self.server()).create_session(
-                        row["title"], session_id=row["session_id"], at=row["at"]
+                    await self._call(
+                        "create_session", row["title"], session_id=row["session_id"], at=row["at"]
                     )
             elif not await self._already_sent(row):
                 await self._send(row)
@@ -129,7 +130,7 @@ class BufferedStore:
 
     async def _already_sent(self, row: Any) -> bool:
         """Whether an earlier replay stored this message and stopped before crossing it out."""
-        recent = await (await self.server()).messages(row["session_id"], last=20)
+        recent = await self._call("messages", row["session_id"], last=20)
         return any(
             (m.role, m.content, m.created_at) == (row["role"], row["content"], row["at"])
             for m in recent
@@ -152,9 +153,7 @@ class BufferedStore:
     ) -> Session:
         if await self._flushed():
             try:
-                return await (await self.server()).create_session(
-                    title, session_id=session_id, at=at
-                )
+                return await self._call("create_session", title, session_id=session_id, at=at)
             except StorageUnavailable as exc:
                 log.warning("keeping a new session locally: %s", exc)
         sid = session_id or uuid.uuid4().hex[:12]
@@ -166,7 +165,7 @@ class BufferedStore:
 
     async def get_session(self, session_id: str) -> Session:
         try:
-            return await (await self.server()).get_session(session_id)
+            return await self._call("get_session", session_id)
         except StorageUnavailable as exc:
             for row in await self.outbox.pending():
                 if row["kind"] == "session" and row["session_id"] == session_id:
@@ -189,8 +188,8 @@ class BufferedStore:
     ) -> Message:
         if await self._flushed():
             try:
-                return await (await self.server()).save_message(
-                    session_id, role, content, name=name, at=at, meta=meta
+                return await self._call(
+                    "save_message", session_id, role, content, name=name, at=at, meta=meta
                 )
             except StorageUnavailable as exc:
                 log.warning("keeping a message locally: %s", exc)
@@ -219,7 +218,7 @@ class BufferedStore:
             if r["kind"] == "message" and r["session_id"] == session_id
         ]
         try:
-            stored = await (await self.server()).messages(session_id, after_id=after_id, last=last)
+            stored = await self._call("messages", session_id, after_id=after_id, last=last)
         except StorageUnavailable:
             stored = []
         if not kept:
@@ -236,18 +235,22 @@ class BufferedStore:
         return await self._or_nothing("sessions_to_process", [], *args, **kwargs)
 
     async def pending_status(self) -> tuple[int, str | None]:
-        waiting = await self.outbox.count()
-        try:
-            n, reason = await (await self.server()).pending_status()
-        except StorageUnavailable as exc:
-            return 0, f"{exc}; {waiting} messages kept locally until it is back"
-        if waiting:
-            return n, reason or f"{waiting} messages kept locally until the memory server is back"
-        return n, reason
+        # The server away is the profile's own error in daemon.status (daemon/remote.py).
+        return await self._or_nothing("pending_status", (0, None))
 
     async def _or_nothing(self, method: str, nothing: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await getattr(await self.server(), method)(*args, **kwargs)
+            return await self._call(method, *args, **kwargs)
         except StorageUnavailable as exc:
             log.warning("%s without the memory server: %s", method, exc)
             return nothing
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """``method`` of the server store; whether the server answers is kept in ``away``."""
+        try:
+            result = await getattr(await self.server(), method)(*args, **kwargs)
+        except StorageUnavailable as exc:
+            self.away = str(exc)
+            raise
+        self.away = None
+        return result

@@ -8,6 +8,7 @@ import re
 from typing import TYPE_CHECKING
 
 from textual import work
+from textual.markup import escape
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.expiry import describe as describe_expiry
@@ -125,8 +126,10 @@ class MemoryActions:
         self.notify(done)
         if report.get("scrub_pending"):
             self.notify(
-                f"The memory file still holds an old copy: {report['scrub_pending']}. Navi"
-                " removes it as soon as it can.",
+                escape(
+                    f"The memory file still holds an old copy: {report['scrub_pending']}. Navi"
+                    " removes it as soon as it can."
+                ),
                 title="Forgetting",
                 severity="warning",
                 timeout=15,

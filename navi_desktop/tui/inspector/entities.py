@@ -320,7 +320,7 @@ class EntityList(OptionList):
             return
         merged, problem = await self._call("merge_entities", entity["name"], other["name"])
         if merged is None:
-            self.app.notify(f"Not merged: {problem}", severity="error", timeout=8)
+            self.app.notify(escape(f"Not merged: {problem}"), severity="error", timeout=8)
             return
         self.wanted = merged["name"]
         self.app.notify(f"Merged “{clip(other['name'], 40)}” into “{clip(merged['name'], 40)}”")

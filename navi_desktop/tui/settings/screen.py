@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -129,7 +130,7 @@ class SettingsScreen(NaviScreen):
         box.set_class(bool(errors), "-shown")
         lines = [f"⚠ {e}" for e in errors]
         header = "config.toml has problems; those settings keep their default or last good value:"
-        box.update("\n".join([header, *lines]) if errors else "")
+        box.update(Text("\n".join([header, *lines])) if errors else "")  # not markup
 
     def _show_empty(self, text: str) -> None:
         self.query_one("#empty", Static).update(text)

@@ -111,4 +111,4 @@ class Banner(Static):
         text = "\n".join(f"⚠ {p}" for p in problems)
         if text != self._shown:
             self._shown = text
-            self.update(text)
+            self.update(Text(text))  # plain text: "[memory] dsn" in a message is not markup
