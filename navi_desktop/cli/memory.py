@@ -155,6 +155,9 @@ def register(commands: Any) -> None:
     from navi_desktop.cli import entities  # entity NAME, entities
 
     entities.register(command)
+    from navi_desktop.cli import migrate  # migrate --to postgres|sqlite
+
+    migrate.register(command)
 
 
 # -- add ---------------------------------------------------------------------------------------
