@@ -64,3 +64,25 @@ def test_forget_compact_rewrites_the_file_without_the_text(home, cli):
     for path in folder.iterdir():
         if path.is_file():
             assert b"ZEBRA" not in path.read_bytes(), path
+
+
+def test_stats_on_the_server_name_it_and_how_substrings_are_found(home, cli, pg_dsn):
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text(
+        f'[memory]\nbackend = "postgres"\ndsn = "{pg_dsn}"\n'
+    )
+    code, out, err = cli("stats", profile="srv-stats")
+    assert code == 0, err
+    assert "Server" in out and "profile srv-stats" in out
+    assert "Substrings  pg_trgm" in out or "Substrings  ILIKE (pg_trgm not installed)" in out
+
+
+def test_file_tools_on_a_server_profile_say_what_to_use_instead(home, cli, monkeypatch):
+    monkeypatch.setenv("NAVI_PG_DSN", "postgresql://navi@127.0.0.1:9/navi")
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text('[memory]\nbackend = "postgres"\n')
+    for command in (["doctor"], ["backup"], ["restore", "x.db", "--yes"]):
+        code, _, err = cli(*command)
+        assert code != 0 and err.count("\n") == 1, (command, err)
+        assert "memory server" in err and "pg_dump" in err and "migrate --to sqlite" in err
+    assert not (home / "data").exists()

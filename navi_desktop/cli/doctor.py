@@ -54,9 +54,20 @@ def register(command: Command) -> None:
 
 
 def _db_path(args: argparse.Namespace) -> Path:
+    """The profile's file; a profile kept on a memory server has none to check or copy."""
+    from navi_desktop.cli.config_check import settings
+    from navi_desktop.memory.backends import on_server
     from navi_desktop.paths import Paths
 
-    return Paths.from_env().profile_db(profile_name(args))
+    paths = Paths.from_env()
+    memory = settings(paths).memory
+    if on_server(memory):
+        raise InvalidInput(
+            "memory is kept on a memory server ([memory] backend = 'postgres'), not in a file:"
+            " the server's own tools check and back it up (pg_dump, pg_basebackup); `navi"
+            " memory migrate --to sqlite` makes a file of a profile"
+        )
+    return paths.profile_db(profile_name(args))
 
 
 # -- doctor ------------------------------------------------------------------------------------

@@ -115,7 +115,11 @@ def cmd_stats(args: argparse.Namespace) -> int:
         emit_json(stats)
         return 0
     print(f"Profile     {profile}")
-    print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
+    if stats.get("backend") == "postgres":  # a memory server: no file of its own
+        print(f"Server      {stats['path']}")
+        print(f"Substrings  {stats['substring_search']}")
+    else:
+        print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
     memories = stats["memories"]
     total = sum(sum(by.values()) for by in memories.values())
     print(f"Memories    {total}")
