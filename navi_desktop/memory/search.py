@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 import sqlean
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.documents import memory_text, message_text
-from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
-from navi_desktop.memory.rerank import boost_named_and_dated, boost_sessions
+from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
+from navi_desktop.memory.search_hits import HitOps
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 from navi_desktop.memory.vector_search import VectorSearchOps
 
@@ -28,8 +27,11 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
-# Rows BM25 may score per query (scoring them: about 3 ms on a 2-core VM).
+# Rows BM25 may score per query (scoring costs ~2-3 µs a row on a quiet 2-core VM).
 BM25_ROW_BUDGET = 3_000
+# Times the count cap is raised to tell which of several common terms is the rarest
+# (see _matches): up to 16x the budget.
+COUNT_RAISES = 2
 # Entity links the entity signal may sum per query; see _entity_weights.
 ENTITY_LINK_BUDGET = 2_000
 Key = tuple[str, int]  # ("memory" | "message", id)
@@ -91,7 +93,7 @@ def _within_budget(counted: Sequence[tuple[int, Any]], budget: int) -> list[tupl
     return kept
 
 
-class SearchOps(VectorSearchOps):
+class SearchOps(VectorSearchOps, HitOps):
     tuning: Tuning = Tuning()
     # (connection, table) -> ((data_version, total_changes), rows), see _count
     _counts: dict[tuple[sqlean.Connection, str], tuple[tuple[int, int], int]]
@@ -154,13 +156,14 @@ class SearchOps(VectorSearchOps):
         hits: list[tuple[Key, float]] = []
         for target, where, params in f.targets():
             fts = target.fts
-            match = " OR ".join(self._informative(conn, fts, target.table, terms))
+            kept, bounded = self._informative(conn, fts, target.table, terms)
             columns = t.memory_columns if target is MEMORIES else t.message_columns
             w = ", ".join(map(str, columns))
-            ranked = (
-                f"SELECT rowid AS id, bm25({fts}, {w}) AS s FROM {fts} WHERE {fts} MATCH ?"
-                " ORDER BY s"
-            )
+            scored = f"SELECT rowid AS id, bm25({fts}, {w}) AS s FROM {fts} WHERE {fts} MATCH ?"
+            if bounded:  # only the newest rows the budget allows are scored
+                scored += f" ORDER BY rowid DESC LIMIT {BM25_ROW_BUDGET}"
+            ranked = f"SELECT id, s FROM ({scored}) ORDER BY s"
+            match = " OR ".join(kept)
             rows = self._top_filtered(conn, ranked, (match,), target, where, params, "r.s")
             hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: h[1])  # bm25(): lower is better
@@ -198,24 +201,40 @@ class SearchOps(VectorSearchOps):
 
     def _informative(
         self, conn: sqlean.Connection, fts: str, table: str, terms: list[str]
-    ) -> list[str]:
+    ) -> tuple[list[str], bool]:
         """The terms worth matching, as in Lucene's common-terms query: rarest first, while
-        the rows they match stay within a budget. BM25 costs ~1 µs per matching row, and the
+        the rows they match stay within a budget. BM25 costs ~2-3 µs per matching row, and the
         commonest words (a name the user mentions everywhere, "name", "like") have the lowest
         IDF: they decide little of the ranking while costing most of the time. Counting
         matches is ~25 times cheaper than scoring them, and stops at the budget. The rarest
-        term is always kept; a profile smaller than the budget keeps every term."""
-        if len(terms) < 2 or self._count(conn, table) <= BM25_ROW_BUDGET:
-            return terms
-        counts = []
-        for term in terms:
-            found = conn.execute(
-                f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)",
-                (term, BM25_ROW_BUDGET + 1),
-            ).fetchone()
-            counts.append((found[0], term))
+        term is always kept; a profile smaller than the budget keeps every term.
+
+        Also says whether the terms kept match more rows than the budget (the rarest alone
+        does): then only the newest of them are scored. At 1M memories a common word left
+        alone matched 190,000 rows, and scoring them all took half a second."""
+        if self._count(conn, table) <= BM25_ROW_BUDGET:
+            return terms, False
+        counts = self._matches(conn, fts, terms)
         kept = {term for _, term in _within_budget(counts, BM25_ROW_BUDGET)}
-        return [t for t in terms if t in kept]  # in the query's order
+        bounded = sum(n for n, term in counts if term in kept) > BM25_ROW_BUDGET
+        return [t for t in terms if t in kept], bounded  # in the query's order
+
+    def _matches(
+        self, conn: sqlean.Connection, fts: str, terms: list[str]
+    ) -> list[tuple[int, str]]:
+        """Each term's matching rows, counted up to a cap: past the budget, a count says only
+        "too many". When every term is past it, the rarest is still the one to keep, so the
+        cap is raised (4x at a time, a few times) until one term is under it: counted at the
+        budget alone, three common words tied, and the tie went to the commonest of them."""
+        cap = BM25_ROW_BUDGET + 1
+        sql = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
+        counts = {term: conn.execute(sql, (term, cap)).fetchone()[0] for term in terms}
+        for _ in range(COUNT_RAISES):
+            if len(terms) < 2 or min(counts.values()) < cap:
+                break
+            cap *= 4
+            counts = {term: conn.execute(sql, (term, cap)).fetchone()[0] for term in terms}
+        return [(n, term) for term, n in counts.items()]
 
     def _count(self, conn: sqlean.Connection, table: str) -> int:
         """Rows in ``table`` as ``conn`` sees them, counted again only when the file changed:
@@ -241,14 +260,25 @@ class SearchOps(VectorSearchOps):
             column, alias = target.column, target.alias
             # Scores come from the covering link index alone; the owners' rows are read only
             # for the filters, and only for the best-scored prefix (see _top_filtered).
-            ranked = (
-                f"WITH w(entity_id, weight) AS (VALUES {values})"
-                f" SELECT l.{column} AS id, sum(w.weight) AS s FROM w"
-                f" JOIN entity_links l ON l.entity_id = w.entity_id AND l.{column} IS NOT NULL"
-                f" GROUP BY l.{column} ORDER BY s DESC, id DESC"
-            )
+            if len(weights) == 1:
+                # One entity scores all its rows alike, so the order is the newest first: the
+                # link index read backwards, as far as needed (a place named in 12,000
+                # memories took ~50 ms to sum and sort whole at 1M memories).
+                ranked = (
+                    f"SELECT l.{column} AS id, ? AS s FROM entity_links l"
+                    f" WHERE l.entity_id = ? AND l.{column} IS NOT NULL ORDER BY l.{column} DESC"
+                )
+                ranked_params = [wparams[1], wparams[0]]
+            else:
+                ranked = (
+                    f"WITH w(entity_id, weight) AS (VALUES {values})"
+                    f" SELECT l.{column} AS id, sum(w.weight) AS s FROM w"
+                    f" JOIN entity_links l ON l.entity_id = w.entity_id AND l.{column} IS NOT NULL"
+                    f" GROUP BY l.{column} ORDER BY s DESC, id DESC"
+                )
+                ranked_params = wparams
             rows = self._top_filtered(
-                conn, ranked, wparams, target, where, params, f"r.s DESC, {alias}.id DESC"
+                conn, ranked, ranked_params, target, where, params, f"r.s DESC, {alias}.id DESC"
             )
             hits += _ranked(rows, target.kind)
         hits.sort(key=lambda h: -h[1])
@@ -331,69 +361,3 @@ class SearchOps(VectorSearchOps):
             close = cosine >= floor if floor is not None else rank <= t.vector_only_ranks
             if not close or cosine <= chance:
                 del scores[key], detail[key]
-
-    async def _rerank_messages(
-        self: MemoryStore,
-        query: str,
-        scores: dict[Key, float],
-        detail: dict[Key, dict[str, Ranked]],
-        limit: int,
-    ) -> None:
-        """The transcript-only re-ranking: session boost, then author and time (rerank.py)."""
-        ids = [key[1] for key in scores if key[0] == "message"]
-        if not ids:
-            return
-        rows = await self.db.fetchall(
-            "SELECT id, session_id, name, content FROM messages"
-            f" WHERE id IN ({','.join('?' * len(ids))})",
-            ids,
-        )
-        found = {r[0]: (r[1], r[2], r[3]) for r in rows}
-        boost_sessions(self.tuning, {m: s for m, (s, _, _) in found.items()}, scores, detail)
-        boost_named_and_dated(self.tuning, query, found, scores, detail, limit)
-
-    async def _hydrate(
-        self: MemoryStore, fused: list[tuple[Key, float, dict[str, Ranked]]]
-    ) -> list[SearchHit]:
-        mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]
-        msg_ids = [key[1] for key, _, _ in fused if key[0] == "message"]
-        memories: dict[int, Any] = {}
-        messages: dict[int, Any] = {}
-        if mem_ids:
-            rows = await self.db.fetchall(
-                f"SELECT * FROM memories WHERE id IN ({','.join('?' * len(mem_ids))})", mem_ids
-            )
-            memories = {r["id"]: r for r in rows}
-        if msg_ids:
-            rows = await self.db.fetchall(
-                f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(msg_ids))})", msg_ids
-            )
-            messages = {r["id"]: r for r in rows}
-        hits = []
-        for (kind, ident), score, ranks in fused:
-            detail = {name: Signal(rank, raw) for name, (rank, raw) in ranks.items()}
-            if kind == "memory" and ident in memories:
-                row = memories[ident]
-                hits.append(
-                    SearchHit(
-                        row["kind"],
-                        ident,
-                        memory_text(row),
-                        score,
-                        detail,
-                        memory=Memory.from_row(row),
-                    )
-                )
-            elif kind == "message" and ident in messages:
-                row = messages[ident]
-                hits.append(
-                    SearchHit(
-                        "message",
-                        ident,
-                        message_text(row),
-                        score,
-                        detail,
-                        message=Message.from_row(row),
-                    )
-                )
-        return hits

@@ -1,0 +1,81 @@
+"""What a search hands back: the transcript's re-ranking and the hits read in full."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.memory.documents import memory_text, message_text
+from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
+from navi_desktop.memory.rerank import boost_named_and_dated, boost_sessions
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.search import Key, Ranked
+    from navi_desktop.memory.store import MemoryStore
+
+
+class HitOps:
+    async def _rerank_messages(
+        self: MemoryStore,
+        query: str,
+        scores: dict[Key, float],
+        detail: dict[Key, dict[str, Ranked]],
+        limit: int,
+    ) -> None:
+        """The transcript-only re-ranking: session boost, then author and time (rerank.py)."""
+        ids = [key[1] for key in scores if key[0] == "message"]
+        if not ids:
+            return
+        rows = await self.db.fetchall(
+            "SELECT id, session_id, name, content FROM messages"
+            f" WHERE id IN ({','.join('?' * len(ids))})",
+            ids,
+        )
+        found = {r[0]: (r[1], r[2], r[3]) for r in rows}
+        boost_sessions(self.tuning, {m: s for m, (s, _, _) in found.items()}, scores, detail)
+        boost_named_and_dated(self.tuning, query, found, scores, detail, limit)
+
+    async def _hydrate(
+        self: MemoryStore, fused: list[tuple[Key, float, dict[str, Ranked]]]
+    ) -> list[SearchHit]:
+        mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]
+        msg_ids = [key[1] for key, _, _ in fused if key[0] == "message"]
+        memories: dict[int, Any] = {}
+        messages: dict[int, Any] = {}
+        if mem_ids:
+            rows = await self.db.fetchall(
+                f"SELECT * FROM memories WHERE id IN ({','.join('?' * len(mem_ids))})", mem_ids
+            )
+            memories = {r["id"]: r for r in rows}
+        if msg_ids:
+            rows = await self.db.fetchall(
+                f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(msg_ids))})", msg_ids
+            )
+            messages = {r["id"]: r for r in rows}
+        hits = []
+        for (kind, ident), score, ranks in fused:
+            detail = {name: Signal(rank, raw) for name, (rank, raw) in ranks.items()}
+            if kind == "memory" and ident in memories:
+                row = memories[ident]
+                hits.append(
+                    SearchHit(
+                        row["kind"],
+                        ident,
+                        memory_text(row),
+                        score,
+                        detail,
+                        memory=Memory.from_row(row),
+                    )
+                )
+            elif kind == "message" and ident in messages:
+                row = messages[ident]
+                hits.append(
+                    SearchHit(
+                        "message",
+                        ident,
+                        message_text(row),
+                        score,
+                        detail,
+                        message=Message.from_row(row),
+                    )
+                )
+        return hits
