@@ -406,7 +406,21 @@ def report(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--backend", choices=("sqlite", "postgres"), default="sqlite")
+    known, rest = first.parse_known_args(argv)
+    if known.backend == "postgres":  # the server beside the file, in one run
+        import server_scale
+
+        server_scale.main(rest)
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="postgres: the memory server side by side with the file (server_scale.py)",
+    )
     parser.add_argument("--memories", type=int, required=True, help="fact memories to build")
     parser.add_argument("--json", type=Path, required=True, help="where to write the results")
     parser.add_argument("--queries", type=int, default=200, help="hybrid searches to time")

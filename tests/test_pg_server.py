@@ -159,3 +159,19 @@ async def test_parts_of_words_are_found_when_no_whole_word_is(pg_dsn):
         assert [h.id for h in await store.search("kilimanjaro")] == [trip.id]  # words first
         stats = await store.stats()
         assert stats["substring_search"] in ("pg_trgm", "ILIKE (pg_trgm not installed)")
+
+
+async def test_a_refused_login_and_a_missing_database_are_one_line_each(pg_dsn):
+    stranger = as_role(pg_dsn, "nobody_here")  # no such role: the server refuses the login
+    with pytest.raises(StorageUnavailable) as caught:
+        await PgMemoryStore.open(stranger, "default")
+    message = str(caught.value)
+    assert "refused the login" in message and "[memory] dsn" in message
+    assert "\n" not in message
+    parts = pg_dsn.split("?", 1)
+    missing = (
+        parts[0].rsplit("/", 1)[0] + "/no_such_db" + ("?" + parts[1] if len(parts) > 1 else "")
+    )
+    with pytest.raises(StorageUnavailable) as caught:
+        await PgMemoryStore.open(missing, "default")
+    assert "createdb" in str(caught.value) and "\n" not in str(caught.value)
