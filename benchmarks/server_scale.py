@@ -157,13 +157,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             queries = synthetic_queries(args.queries, random.Random(SEED + 2), args.memories)
             result: dict[str, Any] = {"memories": args.memories, "queries": len(queries)}
             print("sqlite ...", file=sys.stderr)
-            result["sqlite"] = await on_sqlite(
-                Path(tmp) / "memory.db", args.memories, queries, args.saves
-            )
+            # The file's own folder: the store makes it private, and the server's
+            # user must still reach pg/ beside it.
+            file = Path(tmp) / "file" / "memory.db"
+            result["sqlite"] = await on_sqlite(file, args.memories, queries, args.saves)
             print("postgres ...", file=sys.stderr)
             result["postgres"] = await on_server(
                 dsn,
-                Path(tmp) / "memory.db",
+                file,
                 queries,
                 args.saves,
                 build=args.memories if args.build_on_server else None,

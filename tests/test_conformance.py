@@ -113,6 +113,23 @@ async def test_search_finds_by_words_names_and_meaning(any_store):
     assert "vector" in (await any_store.search("Mochi cat"))[0].signals
 
 
+async def test_common_words_stay_within_the_row_budget(any_store, monkeypatch):
+    """As in Lucene's common-terms query: a word matching more rows than the budget is left
+    out when a rarer word is there, and alone only its newest matches are ranked."""
+    import navi_desktop.memory.pg.search as pg_search
+    import navi_desktop.memory.search as file_search
+
+    for module in (file_search, pg_search):
+        monkeypatch.setattr(module, "BM25_ROW_BUDGET", 4)
+    coffee = [(await any_store.add_memory(f"coffee at cafe {i}")).memory.id for i in range(7)]
+    tea = (await any_store.add_memory("tea and coffee on Sundays")).memory
+    worded = [h.memory.id for h in await any_store.search("coffee tea") if "bm25" in h.signals]
+    assert worded == [tea.id]
+    hits = await any_store.search("coffee", limit=20)
+    worded = {h.memory.id for h in hits if "bm25" in h.signals}
+    assert worded == {tea.id, *coffee[-3:]}  # the newest four
+
+
 @pytest.mark.parametrize(
     "text", ['"', "OR AND NOT", "-(*)", "'; DROP TABLE memories; --", "", "   ", "ü" * 300, "a:b"]
 )

@@ -175,3 +175,90 @@ async def test_a_refused_login_and_a_missing_database_are_one_line_each(pg_dsn):
     with pytest.raises(StorageUnavailable) as caught:
         await PgMemoryStore.open(missing, "default")
     assert "createdb" in str(caught.value) and "\n" not in str(caught.value)
+
+
+async def test_word_search_through_the_index_keeps_to_profiles_the_login_may_read(pg_dsn):
+    # Row-level security keeps @@ out of index conditions, so word search reads the index
+    # through functions owned by a superuser; they must check what the caller may read.
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as first:
+        assert first.indexed_words  # a superuser's open creates them
+    alice_dsn = await _role(pg_dsn, "alice_laptop")
+    bob_dsn = await _role(pg_dsn, "bob_desktop")
+    admin_dsn = await _role(pg_dsn, "household_admin", admin=True)
+    count = "SELECT word_match_count('memories', $1, to_tsquery('english', 'asthma'), 10)"
+    async with await PgMemoryStore.open(alice_dsn, profile_name()) as alice:
+        assert alice.indexed_words
+        secret = (await alice.add_memory("asthma inhaler", key="condition")).memory
+        assert [h.memory.id for h in await alice.search("asthma")] == [secret.id]
+        for dsn, seen in ((alice_dsn, 1), (bob_dsn, 0), (admin_dsn, 1)):
+            conn = await asyncpg.connect(dsn, server_settings={"search_path": "navi, public"})
+            try:
+                assert await conn.fetchval(count, alice.user_id) == seen
+                rows = await conn.fetch(
+                    "SELECT id FROM word_matches('memories', $1, to_tsquery('english', 'asthma'),"
+                    " 10)",
+                    alice.user_id,
+                )
+                assert [r[0] for r in rows] == [secret.id] * seen
+                with pytest.raises(asyncpg.RaiseError, match="no words to match"):
+                    await conn.fetch(
+                        "SELECT * FROM word_matches('users', $1, to_tsquery('x'), 1)",
+                        alice.user_id,
+                    )
+            finally:
+                await conn.close()
+
+
+async def test_word_search_finds_the_same_through_the_index_as_by_a_scan(pg_dsn):
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
+        await store.create_session(session_id="s1")
+        await store.save_message("s1", "user", "we hiked the Alps with Maria in June")
+        for value, key in [
+            ("Lisbon", "home city"),
+            ("hiking in the Alps", "hobby"),
+            ("oat milk in coffee", "coffee order"),
+            ("Maria", "sister"),
+        ]:
+            await store.add_memory(value, key=key)
+        for query in ("Alps hiking", "coffee", "where is home", "Maria June", "the"):
+            for kinds in (None, ["message"]):
+                store.indexed_words = True
+                indexed = [(h.kind, h.id) for h in await store.search(query, kinds=kinds)]
+                store.indexed_words = False
+                scanned = [(h.kind, h.id) for h in await store.search(query, kinds=kinds)]
+                assert indexed == scanned, (query, kinds)
+                assert indexed or query == "the" or kinds, query
+
+
+async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_dsn, monkeypatch):
+    # HNSW's candidates are every profile's, filtered afterwards: with the default 40 (a
+    # SET LOCAL outside a transaction had no effect) a profile holding a fifth of the
+    # server's vectors got a handful back. Through the index, then exactly, it gets them all.
+    import numpy as np
+
+    import navi_desktop.memory.pg.search as pg_search
+    from navi_desktop.memory.search_filters import make_filters
+    from tests.fakes import BagOfWordsEmbedder
+
+    embedder = BagOfWordsEmbedder()
+    async with await PgMemoryStore.open(pg_dsn, profile_name(), embedder=embedder) as big:
+        for i in range(120):
+            await big.add_memory(f"shared word{i} garden {i % 7}")
+        await big.backfill_embeddings()
+        async with await PgMemoryStore.open(pg_dsn, profile_name(), embedder=embedder) as small:
+            mine = {(await small.add_memory(f"garden note {i}")).memory.id for i in range(30)}
+            await small.backfill_embeddings()
+            big_conn = await asyncpg.connect(pg_dsn)
+            await big_conn.execute("ANALYZE navi.embeddings")  # the server's count of vectors
+            await big_conn.close()
+            vector = np.asarray((await embedder.embed(["garden"], query=True))[0], np.float32)
+            filters = make_filters(None, None, None, None, None, False)
+            for exact_up_to in (0, 10_000):  # through HNSW, then exactly
+                monkeypatch.setattr(pg_search, "EXACT_UP_TO", exact_up_to)
+                small._vectors_counted = None
+                async with small.db.reading():
+                    # no sort, so the planner takes the HNSW index, as with many rows
+                    await small.db.execute("SET enable_sort = off")
+                    found = await small._pg_knn(vector, filters)
+                    await small.db.execute("RESET enable_sort")
+                assert {key[1] for key, _ in found} == mine, exact_up_to

@@ -21,6 +21,8 @@ from navi_desktop.memory.pg.schema_updates import (
     m0003_policies_once_per_statement,
     m0004_notify_on_change_not_use,
     m0005_entity_links_by_entity,
+    m0006_word_indexes_without_pending_list,
+    m0007_vectors_in_the_row,
 )
 
 MIGRATION_LOCK = 0x4E415649  # "NAVI": one migrator at a time per database
@@ -322,6 +324,8 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0003_policies_once_per_statement", m0003_policies_once_per_statement),
     ("0004_notify_on_change_not_use", m0004_notify_on_change_not_use),
     ("0005_entity_links_by_entity", m0005_entity_links_by_entity),
+    ("0006_word_indexes_without_pending_list", m0006_word_indexes_without_pending_list),
+    ("0007_vectors_in_the_row", m0007_vectors_in_the_row),
 ]
 
 

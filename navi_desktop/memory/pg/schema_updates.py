@@ -53,3 +53,30 @@ async def m0005_entity_links_by_entity(db: PgDatabase) -> None:
     # How often a name is linked (its weight in search): the unique indexes are partial (a
     # memory's links, a message's), so counting by entity alone scanned the table.
     await db.execute("CREATE INDEX entity_links_by_entity ON entity_links (entity_id)")
+
+
+async def m0006_word_indexes_without_pending_list(db: PgDatabase) -> None:
+    # A GIN index keeps new entries in a pending list that every search reads in full until
+    # a vacuum merges it: after a copy of 10,000 memories, each word looked up cost ~2 ms
+    # for nothing found. Memories and messages arrive a few at a time, so they go straight
+    # into the index instead; what waits is merged now.
+    for index in ("memories_tsv", "messages_tsv"):
+        await db.execute(f"ALTER INDEX {index} SET (fastupdate = off)")
+        await db.execute("SELECT gin_clean_pending_list($1::regclass)", index)
+
+
+async def m0007_vectors_in_the_row(db: PgDatabase) -> None:
+    # A 768-d vector (3 KB) was moved out of its row into TOAST storage, and reading it back
+    # cost more than the distance itself (~11 µs a vector: 10,000 of one profile's measured
+    # exactly took 150 ms). Stored in the row, as pgvector advises, and the rows written
+    # before rewritten so (a value kept as it was keeps its old place; the text form of a
+    # vector reads back exactly). Rows a non-superuser's policies hide stay where they are.
+    # The HNSW indexes are dropped first, and built again when a store opens (vector_index):
+    # updating 130,000 rows through them took 7 minutes, a build takes ~1 per 100,000.
+    await db.execute("ALTER TABLE embeddings ALTER COLUMN vector SET STORAGE PLAIN")
+    for (name,) in await db.fetchall(
+        "SELECT indexname FROM pg_indexes"
+        " WHERE tablename = 'embeddings' AND indexname LIKE 'embeddings\\_hnsw\\_%'"
+    ):
+        await db.execute(f'DROP INDEX "{name}"')
+    await db.execute("UPDATE embeddings SET vector = vector::text::vector")

@@ -27,7 +27,8 @@ from navi_desktop.memory.pg.ledger import PgLedgerOps
 from navi_desktop.memory.pg.maintenance import PgMaintenanceOps
 from navi_desktop.memory.pg.schema import migrate
 from navi_desktop.memory.pg.scrub import PgScrubOps
-from navi_desktop.memory.pg.search import PgSearchOps, trigram_indexes, vector_index
+from navi_desktop.memory.pg.search import PgSearchOps
+from navi_desktop.memory.pg.search_indexes import trigram_indexes, vector_index, word_matches
 from navi_desktop.memory.pg.session_admin import PgSessionAdminOps
 from navi_desktop.memory.pg.sessions import PgSessionOps
 from navi_desktop.memory.pg.states import PgStateOps
@@ -70,6 +71,7 @@ class PgMemoryStore(
         self.user_id = user_id
         self.profile = profile
         self.embedder = embedder
+        self.indexed_words = False  # word search through word_matches() (search_indexes.py)
 
     @classmethod
     async def open(
@@ -91,13 +93,16 @@ class PgMemoryStore(
                 for (dim,) in await setup.fetchall("SELECT DISTINCT dim FROM embeddings"):
                     await vector_index(setup, dim)
                 await trigram_indexes(setup)
+                indexed_words = await word_matches(setup)
             owner = owner or settings.get("role")
             user_id = await _profile_row(setup, profile, owner, create)
         finally:
             await setup.close()
         settings["navi.user_id"] = str(user_id)
         db = await PgDatabase.connect(dsn, settings=settings)
-        return cls(db, user_id, profile, embedder)
+        store = cls(db, user_id, profile, embedder)
+        store.indexed_words = indexed_words
+        return store
 
     async def close(self) -> None:
         await self.db.close()
