@@ -253,12 +253,13 @@ async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_d
             await big_conn.close()
             vector = np.asarray((await embedder.embed(["garden"], query=True))[0], np.float32)
             filters = make_filters(None, None, None, None, None, False)
-            for exact_up_to in (0, 10_000):  # through HNSW, then exactly
-                monkeypatch.setattr(pg_search, "EXACT_UP_TO", exact_up_to)
+            for exact in (False, True):  # through HNSW, then exactly
+                monkeypatch.setattr(pg_search, "EXACT_ALWAYS", 2_000 if exact else 0)
+                monkeypatch.setattr(pg_search, "EXACT_UP_TO", 10_000 if exact else 0)
                 small._vectors_counted = None
                 async with small.db.reading():
                     # no sort, so the planner takes the HNSW index, as with many rows
                     await small.db.execute("SET enable_sort = off")
                     found = await small._pg_knn(vector, filters)
                     await small.db.execute("RESET enable_sort")
-                assert {key[1] for key, _ in found} == mine, exact_up_to
+                assert {key[1] for key, _ in found} == mine, exact

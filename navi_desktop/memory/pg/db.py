@@ -67,6 +67,10 @@ class PgDatabase:
         """After the vector extension was created: new connections register its codec."""
         await self.pool.expire_connections()
 
+    def in_use(self) -> bool:
+        """Whether this task is inside reading() or transaction() (holds a connection)."""
+        return self._current.get() is not None
+
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[Any]:
         conn = self._current.get()
