@@ -25,11 +25,6 @@ MEMORY, MESSAGE = 0, 1
 ASYMMETRIC_SHORTLIST = 8
 LARGE_SHORTLIST = (1600, 4)
 HAMMING_BLOCK = 65536  # codes scanned at a time (see Codes._distances)
-# Large indexes are scanned in two passes (Codes._two_stage).
-TWO_STAGE_FROM = 10**12
-PREFIX_WORDS = 4
-PREFIX_SHARE = 0.05
-PREFIX_SHORTLIST = 8
 
 
 def sign_bits(vectors: np.ndarray) -> np.ndarray:
@@ -252,47 +247,17 @@ class Codes:
         # the same codes among equal distances as before the word-major layout. (Splitting the
         # scan between two threads made a search no faster on two cores: the search's other
         # signals need the second one.)
-        if n >= TWO_STAGE_FROM and len(self.codes) >= 2 * PREFIX_WORDS:
-            return self._two_stage(q, k, other)
         dist = np.empty(n, dtype=np.int32)
         self._distances(q, dist)
         if other is not None:
             dist[other] = np.iinfo(np.int32).max
         return np.argpartition(dist, k - 1)[:k]
 
-    def _two_stage(self, q: np.ndarray, k: int, other: np.ndarray | None) -> np.ndarray:
-        """The k nearest of a large index in two passes: the distance over the first
-        PREFIX_WORDS words of every code picks a shortlist (PREFIX_SHARE of the codes, at
-        least PREFIX_SHORTLIST times k), whose whole codes then decide."""
+    def _distances(self, q: np.ndarray, dist: np.ndarray) -> None:
+        """Hamming distances of the codes to ``q``, into ``dist``. A block of codes at a time,
+        through buffers that stay in the CPU's cache: at 1M codes, whole-row temporaries made
+        the scan ~1.5x slower (~30 ms against ~20 ms)."""
         assert self.codes is not None
-        n = len(self.ids)
-        prefix = np.empty(n, dtype=np.int32)
-        self._distances(q[:PREFIX_WORDS], prefix, self.codes[:PREFIX_WORDS])
-        if other is not None:
-            prefix[other] = PREFIX_WORDS * 64 + 1
-        wanted = min(n, max(PREFIX_SHORTLIST * k, int(n * PREFIX_SHARE)))
-        # The cut by counting: distances are small integers, so the smallest distance whose
-        # running count reaches ``wanted`` is found without sorting a million values.
-        counts = np.cumsum(np.bincount(prefix, minlength=PREFIX_WORDS * 64 + 2))
-        cut = int(np.searchsorted(counts, wanted))
-        shortlist = np.flatnonzero(prefix <= cut)
-        if other is not None:
-            shortlist = shortlist[prefix[shortlist] <= PREFIX_WORDS * 64]
-        if len(shortlist) <= k:
-            return shortlist
-        rest = np.ascontiguousarray(self.codes[PREFIX_WORDS:, shortlist])
-        full = prefix[shortlist].copy()
-        tail = np.empty(len(shortlist), dtype=np.int32)
-        self._distances(q[PREFIX_WORDS:], tail, rest)
-        full += tail
-        return shortlist[np.argpartition(full, k - 1)[:k]]
-
-    def _distances(self, q: np.ndarray, dist: np.ndarray, codes: np.ndarray | None = None) -> None:
-        """Hamming distances of the codes (default: all of them) to ``q``, into ``dist``. A
-        block of codes at a time, through buffers that stay in the CPU's cache: at 1M codes,
-        whole-row temporaries made the scan ~1.5x slower (~30 ms against ~20 ms)."""
-        codes = self.codes if codes is None else codes
-        assert codes is not None
         n = len(dist)
         size = min(n, HAMMING_BLOCK)
         xor = np.empty(size, dtype=np.uint64)
@@ -302,7 +267,7 @@ class Codes:
             stop = min(n, start + size)
             x, o, a = xor[: stop - start], ones[: stop - start], acc[: stop - start]
             a[:] = 0
-            for word, q_word in zip(codes, q, strict=True):
+            for word, q_word in zip(self.codes, q, strict=True):
                 np.bitwise_xor(word[start:stop], q_word, out=x)
                 np.bitwise_count(x, out=o)
                 a += o
