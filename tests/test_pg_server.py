@@ -236,7 +236,7 @@ async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_d
     # server's vectors got a handful back. Through the index, then exactly, it gets them all.
     import numpy as np
 
-    import navi_desktop.memory.pg.search as pg_search
+    import navi_desktop.memory.pg.vector_search as pg_vectors
     from navi_desktop.memory.search_filters import make_filters
     from tests.fakes import BagOfWordsEmbedder
 
@@ -254,8 +254,8 @@ async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_d
             vector = np.asarray((await embedder.embed(["garden"], query=True))[0], np.float32)
             filters = make_filters(None, None, None, None, None, False)
             for exact in (False, True):  # through HNSW, then exactly
-                monkeypatch.setattr(pg_search, "EXACT_ALWAYS", 2_000 if exact else 0)
-                monkeypatch.setattr(pg_search, "EXACT_UP_TO", 10_000 if exact else 0)
+                monkeypatch.setattr(pg_vectors, "EXACT_ALWAYS", 2_000 if exact else 0)
+                monkeypatch.setattr(pg_vectors, "EXACT_UP_TO", 10_000 if exact else 0)
                 small._vectors_counted = None
                 async with small.db.reading():
                     # no sort, so the planner takes the HNSW index, as with many rows

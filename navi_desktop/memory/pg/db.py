@@ -5,6 +5,7 @@ connection (a context variable holds it, so nested scopes share one connection).
 from __future__ import annotations
 
 import contextvars
+import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -148,3 +149,11 @@ def rowcount(status: str) -> int:
 
 
 __all__ = ["SCHEMA", "PgDatabase", "StorageUnavailable", "rowcount"]
+
+
+def numbered(sql: str, start: int) -> str:
+    """A filter's SQL for PostgreSQL: ``?`` placeholders as $n numbered from ``start``, and
+    SQLite's always-true ``1`` as ``true``."""
+    count = iter(range(start, start + sql.count("?")))
+    sql = re.sub(r"^1( AND |$)", lambda m: "true" + m.group(1), sql)
+    return re.sub(r"\?", lambda _: f"${next(count)}", sql)
