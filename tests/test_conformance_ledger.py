@@ -12,18 +12,7 @@ from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.feedback import FEEDBACK_DAYS
 from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import Signal
-
-
-async def a_turn(store, session_id: str, memory_ids: list[int]) -> tuple[int, int]:
-    """A user message that used ``memory_ids`` and its reply; their ids."""
-    user = await store.save_message(session_id, "user", "Where do I live?")
-    used = [
-        Injection(m, n, 1.0, {"text": Signal(n, 1.0)}, "relevant")
-        for n, m in enumerate(memory_ids, 1)
-    ]
-    await store.record_injections(session_id, user.id, used)
-    reply = await store.save_message(session_id, "assistant", "You live in Porto.")
-    return user.id, reply.id
+from tests.ledger_support import a_turn
 
 
 async def test_a_turns_injections_are_read_back_in_rank_order(any_store):

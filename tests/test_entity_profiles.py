@@ -9,7 +9,6 @@ import pytest
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory import MemoryStore
-from navi_desktop.memory.entity_profiles import MAX_NAME
 
 
 async def fact(store: MemoryStore, value: str, **fields) -> int:
@@ -155,31 +154,8 @@ async def test_rename_keeps_the_old_name_as_an_alias(store, lisbon):
     assert (back.name, back.aliases) == ("Lisbon", ["LISBON CITY"])
 
 
-@pytest.mark.parametrize(
-    ("call", "error"),
-    [
-        (("entity", "lisbn"), "no entity named 'lisbn'; did you mean 'lisbon'?"),
-        (("entity", "zzz"), "no entity named 'zzz' (`navi memory entities` lists the names"),
-        (("entity", "   "), "the entity's name is empty"),
-        (("entity", "?!"), "has no letters or digits"),
-        (("entity", "x" * (MAX_NAME + 1)), f"at most {MAX_NAME}"),
-        (("merge_entities", "lisbon", "LISBON"), "cannot merge 'lisbon' with itself"),
-        (("merge_entities", "lisbon", "lisbno"), "no entity named 'lisbno'; did you mean"),
-        (("merge_entities", "lisbon", ""), "the other entity's name is empty"),
-        (("rename_entity", "lisbon", "Joana"), "there is already an entity named 'joana'"),
-        (("rename_entity", "lisbon", "lisbon"), "the entity is already named 'lisbon'"),
-        (("rename_entity", "lisbon", " "), "the new name is empty"),
-        (("rename_entity", "nowhere", "Somewhere"), "no entity named 'nowhere'"),
-    ],
-)
-async def test_bad_input_is_refused_in_one_line_and_changes_nothing(store, lisbon, call, error):
-    before = await names(store)
-    method, *args = call
-    with pytest.raises(InvalidInput) as caught:
-        await getattr(store, method)(*args)
-    assert error in str(caught.value)
-    assert "\n" not in str(caught.value)
-    assert await names(store) == before
+# Bad names and calls are refused in one line: tests/test_conformance_entities.py, on both
+# backends.
 
 
 async def test_renaming_onto_a_taken_name_says_merge_instead(store, lisbon):

@@ -256,7 +256,6 @@ async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_d
             for exact in (False, True):  # through HNSW, then exactly
                 monkeypatch.setattr(pg_vectors, "EXACT_ALWAYS", 2_000 if exact else 0)
                 monkeypatch.setattr(pg_vectors, "EXACT_UP_TO", 10_000 if exact else 0)
-                small._vectors_counted = None
                 async with small.db.reading():
                     # no sort, so the planner takes the HNSW index, as with many rows
                     await small.db.execute("SET enable_sort = off")

@@ -12,27 +12,14 @@ import pytest
 from navi_desktop.daemon.client import RpcCallError
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.feedback import FEEDBACK_DAYS
-from navi_desktop.memory.ledger import Injection
-from navi_desktop.memory.models import Signal
 from navi_desktop.memory.store import MemoryStore
 from tests.daemon_home import navi
 from tests.fake_ollama import Reply, ThreadedFakeOllama
+from tests.ledger_support import a_turn
 from tests.pipeline_helpers import MODELS
 from tests.tui_support import make_home
 
 SECRET = "Zanzibarquux"
-
-
-async def a_turn(store: MemoryStore, session_id: str, memory_ids: list[int]) -> tuple[int, int]:
-    """A user message that used ``memory_ids`` and its reply; their ids."""
-    user = await store.save_message(session_id, "user", "Where do I live?")
-    used = [
-        Injection(m, n, 1.0, {"text": Signal(n, 1.0)}, "relevant")
-        for n, m in enumerate(memory_ids, 1)
-    ]
-    await store.record_injections(session_id, user.id, used)
-    reply = await store.save_message(session_id, "assistant", "You live in Porto.")
-    return user.id, reply.id
 
 
 # -- the engine --------------------------------------------------------------------------------

@@ -14,6 +14,17 @@ if TYPE_CHECKING:
 
 
 class HitOps:
+    """Shared by both backends; each reads rows its own way (``_rows_by_id``)."""
+
+    async def _rows_by_id(
+        self: MemoryStore, table: str, ids: list[int], columns: str = "*"
+    ) -> list[Any]:
+        if not ids:
+            return []
+        return await self.db.fetchall(
+            f"SELECT {columns} FROM {table} WHERE id IN ({','.join('?' * len(ids))})", ids
+        )
+
     async def _rerank_messages(
         self: MemoryStore,
         query: str,
@@ -25,11 +36,7 @@ class HitOps:
         ids = [key[1] for key in scores if key[0] == "message"]
         if not ids:
             return
-        rows = await self.db.fetchall(
-            "SELECT id, session_id, name, content FROM messages"
-            f" WHERE id IN ({','.join('?' * len(ids))})",
-            ids,
-        )
+        rows = await self._rows_by_id("messages", ids, "id, session_id, name, content")
         found = {r[0]: (r[1], r[2], r[3]) for r in rows}
         boost_sessions(self.tuning, {m: s for m, (s, _, _) in found.items()}, scores, detail)
         boost_named_and_dated(self.tuning, query, found, scores, detail, limit)
@@ -39,18 +46,8 @@ class HitOps:
     ) -> list[SearchHit]:
         mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]
         msg_ids = [key[1] for key, _, _ in fused if key[0] == "message"]
-        memories: dict[int, Any] = {}
-        messages: dict[int, Any] = {}
-        if mem_ids:
-            rows = await self.db.fetchall(
-                f"SELECT * FROM memories WHERE id IN ({','.join('?' * len(mem_ids))})", mem_ids
-            )
-            memories = {r["id"]: r for r in rows}
-        if msg_ids:
-            rows = await self.db.fetchall(
-                f"SELECT * FROM messages WHERE id IN ({','.join('?' * len(msg_ids))})", msg_ids
-            )
-            messages = {r["id"]: r for r in rows}
+        memories = {r["id"]: r for r in await self._rows_by_id("memories", mem_ids)}
+        messages = {r["id"]: r for r in await self._rows_by_id("messages", msg_ids)}
         hits = []
         for (kind, ident), score, ranks in fused:
             detail = {name: Signal(rank, raw) for name, (rank, raw) in ranks.items()}

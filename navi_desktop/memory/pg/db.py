@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
 
 SCHEMA = "navi"
+COUNT_MAX_AGE_S = 60.0
 
 
 class PgDatabase:
@@ -22,6 +24,7 @@ class PgDatabase:
         self._current: contextvars.ContextVar[Any] = contextvars.ContextVar(
             f"navi_pg_conn_{id(self)}", default=None
         )
+        self._counts: dict[str, tuple[float, int]] = {}  # see recent_count
 
     @classmethod
     async def connect(
@@ -67,6 +70,16 @@ class PgDatabase:
     async def reset_codecs(self) -> None:
         """After the vector extension was created: new connections register its codec."""
         await self.pool.expire_connections()
+
+    async def recent_count(self, sql: str) -> int:
+        """The count ``sql`` selects, read again only after COUNT_MAX_AGE_S: for figures that
+        move slowly and only weigh or plan a search (a profile's links or vectors), where a
+        count on every search cost a read of every row (~5 ms at 10k memories)."""
+        now = time.monotonic()
+        cached = self._counts.get(sql)
+        if cached is None or now - cached[0] > COUNT_MAX_AGE_S:
+            cached = self._counts[sql] = (now, int(await self.scalar(sql) or 0))
+        return cached[1]
 
     def in_use(self) -> bool:
         """Whether this task is inside reading() or transaction() (holds a connection)."""

@@ -8,25 +8,21 @@ import asyncio
 import logging
 import math
 import re
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.documents import memory_text, message_text
-from navi_desktop.memory.models import Memory, Message, SearchHit, Signal
+from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.pg.db import numbered
 from navi_desktop.memory.pg.vector_search import PgVectorSearchOps
-from navi_desktop.memory.rerank import boost_named_and_dated, boost_sessions
 from navi_desktop.memory.search import (
     BM25_ROW_BUDGET,
     COUNT_RAISES,
     ENTITY_LINK_BUDGET,
     FUSION_ORDER,
     Key,
-    Ranked,
     SearchOps,
     _within_budget,
 )
@@ -37,7 +33,6 @@ if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
 log = logging.getLogger(__name__)
-LINK_COUNT_S = 60.0
 
 
 class PgSearchOps(PgVectorSearchOps, SearchOps):
@@ -92,7 +87,14 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
 
         if self.db.in_use():
             return {name: await alone(step) for name, step in work.items()}
-        lists = await asyncio.gather(*(alone(step) for step in work.values()))
+        # Every signal is waited for, so none is left running (or failing unheard) when
+        # another fails, e.g. as the server goes away; the first failure is then raised.
+        lists = await asyncio.gather(
+            *(alone(step) for step in work.values()), return_exceptions=True
+        )
+        for outcome in lists:
+            if isinstance(outcome, BaseException):
+                raise outcome
         return dict(zip(work, lists, strict=True))
 
     async def _pg_words(self: PgMemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
@@ -205,7 +207,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         named = [r for r in named if r["n"] > 0]
         if not named:
             return []
-        total = await self._link_count()
+        total = await self.db.recent_count("SELECT count(*) FROM entity_links") or 1
         found = [(int(r["n"]), int(r["id"])) for r in named]
         if total > ENTITY_LINK_BUDGET:  # the rarest names, as on the SQLite side
             found = _within_budget(found, ENTITY_LINK_BUDGET)
@@ -234,81 +236,21 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
 
-    async def _link_count(self: PgMemoryStore) -> int:
-        """The profile's entity links, for the names' weights: counted at most every
-        LINK_COUNT_S (a count read every link, ~5 ms at 10k memories; a weight barely moves)."""
-        now = time.monotonic()
-        cached = getattr(self, "_links_counted", None)
-        if cached is None or now - cached[0] > LINK_COUNT_S:
-            count = await self.db.scalar("SELECT count(*) FROM entity_links") or 1
-            cached = self._links_counted = (now, int(count))
-        return cached[1]
-
-    async def _rerank_messages(
-        self: PgMemoryStore,
-        query: str,
-        scores: dict[Key, float],
-        detail: dict[Key, dict[str, Ranked]],
-        limit: int,
-    ) -> None:
-        ids = [key[1] for key in scores if key[0] == "message"]
-        if not ids:
-            return
-        rows = await self.db.fetchall(
-            "SELECT id, session_id, name, content FROM messages WHERE id = ANY($1::bigint[])", ids
-        )
-        found = {r[0]: (r[1], r[2], r[3]) for r in rows}
-        boost_sessions(self.tuning, {m: s for m, (s, _, _) in found.items()}, scores, detail)
-        boost_named_and_dated(self.tuning, query, found, scores, detail, limit)
-
-    async def _hydrate(
-        self: PgMemoryStore, fused: list[tuple[Key, float, dict[str, Ranked]]]
-    ) -> list[SearchHit]:
+    async def _rows_by_id(
+        self: PgMemoryStore, table: str, ids: list[int], columns: str = "*"
+    ) -> list[Any]:
+        """Rows for the shared re-ranking and hits (search_hits.py); "*" means the table's
+        columns without its tsvector."""
         from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
         from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS
 
-        mem_ids = [key[1] for key, _, _ in fused if key[0] == "memory"]
-        msg_ids = [key[1] for key, _, _ in fused if key[0] == "message"]
-        memories = {
-            r["id"]: r
-            for r in await self.db.fetchall(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ANY($1::bigint[])", mem_ids
-            )
-        }
-        messages = {
-            r["id"]: r
-            for r in await self.db.fetchall(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ANY($1::bigint[])", msg_ids
-            )
-        }
-        hits = []
-        for (kind, ident), score, ranks in fused:
-            signals = {name: Signal(rank, raw) for name, (rank, raw) in ranks.items()}
-            if kind == "memory" and ident in memories:
-                row = memories[ident]
-                hits.append(
-                    SearchHit(
-                        row["kind"],
-                        ident,
-                        memory_text(row),
-                        score,
-                        signals,
-                        memory=Memory.from_row(row),
-                    )
-                )
-            elif kind == "message" and ident in messages:
-                row = messages[ident]
-                hits.append(
-                    SearchHit(
-                        "message",
-                        ident,
-                        message_text(row),
-                        score,
-                        signals,
-                        message=Message.from_row(row),
-                    )
-                )
-        return hits
+        if not ids:
+            return []
+        if columns == "*":
+            columns = MEMORY_COLUMNS if table == "memories" else _MESSAGE_COLUMNS
+        return await self.db.fetchall(
+            f"SELECT {columns} FROM {table} WHERE id = ANY($1::bigint[])", ids
+        )
 
 
 __all__ = ["MEMORIES", "PgSearchOps"]

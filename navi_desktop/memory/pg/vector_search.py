@@ -4,7 +4,6 @@ exact measure of a small profile's vectors."""
 from __future__ import annotations
 
 import math
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +15,6 @@ from navi_desktop.memory.search_filters import Filters
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
-COUNT_S = 60.0  # how long a profile's vector count is used before counting again
 EF_SEARCH = 200  # HNSW candidates per scan: room for the filters and other profiles' rows
 EF_SEARCH_MAX = 1000  # pgvector's limit
 # Profiles measured exactly, not through HNSW: up to EXACT_ALWAYS vectors (a few ms), and up
@@ -36,11 +34,17 @@ class PgVectorSearchOps:
         dim = len(vector)
         await self._ensure_vector_index(dim)
         depth = self.tuning.depth
-        mine = await self._vector_count()
+        mine = await self.db.recent_count("SELECT count(*) FROM embeddings")
         # HNSW's candidates are every profile's, filtered afterwards (pgvector 0.6 has no
         # iterative scan): a profile holding a small share of the server's vectors needs
         # more of them to keep ``depth`` of its own, and a small one is measured exactly.
-        share = mine / max(await self._server_vectors(), mine, 1)
+        # Every profile's vectors, as the server's statistics estimate them (a count would
+        # read rows this role may not see).
+        server = await self.db.recent_count(
+            "SELECT greatest(reltuples, 0)::bigint FROM pg_class"
+            " WHERE oid = to_regclass('embeddings')"
+        )
+        share = mine / max(server, mine, 1)
         ef = min(EF_SEARCH_MAX, max(EF_SEARCH, math.ceil(2 * depth / max(share, 1e-9))))
         exact = mine <= EXACT_ALWAYS or (mine <= EXACT_UP_TO and share < EXACT_SHARE)
         hits: list[tuple[Key, float]] = []
@@ -94,26 +98,6 @@ class PgVectorSearchOps:
                 rows = await self.db.fetchall(sql, *args, None, *params)
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         return hits
-
-    async def _server_vectors(self: PgMemoryStore) -> int:
-        """Every profile's vectors, as the server's statistics estimate them (a count would
-        read rows this role may not see)."""
-        return int(
-            await self.db.scalar(
-                "SELECT greatest(reltuples, 0)::bigint FROM pg_class"
-                " WHERE oid = to_regclass('embeddings')"
-            )
-            or 0
-        )
-
-    async def _vector_count(self: PgMemoryStore) -> int:
-        """This profile's vectors, counted at most every COUNT_S (a weight barely moves)."""
-        now = time.monotonic()
-        cached = getattr(self, "_vectors_counted", None)
-        if cached is None or now - cached[0] > COUNT_S:
-            count = await self.db.scalar("SELECT count(*) FROM embeddings") or 0
-            cached = self._vectors_counted = (now, int(count))
-        return cached[1]
 
     async def _ensure_vector_index(self: PgMemoryStore, dim: int) -> None:
         """One HNSW index per dimension (a vector column of mixed sizes cannot have one)."""
