@@ -4,6 +4,13 @@
 class NaviError(Exception):
     """Base class: ``str(err)`` is one line fit to show a user."""
 
+    cause: str | None = None  # the line without its advice, where the raiser splits them
+
+    def without_advice(self) -> str:
+        """The cause alone, for a caller whose situation needs other advice (the whole line
+        when the raiser did not split it)."""
+        return self.cause or str(self)
+
 
 class InvalidInput(NaviError):
     """The request itself is wrong (unknown id, bad value, unreadable file)."""

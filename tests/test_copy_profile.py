@@ -326,3 +326,132 @@ def test_migrate_from_a_profile_the_server_lacks_creates_no_file(cli, monkeypatc
     assert code == 2 and out == "" and err.count("\n") == 1 and f"no profile {profile!r}" in err
     assert not (home / "data" / "profiles" / profile).exists()
     assert not list(home.rglob("memory.db"))
+
+
+# -- what can go wrong on the way ----------------------------------------------------------------
+
+
+def _one_line(code: int, out: str, err: str) -> str:
+    assert code in (1, 2) and out == "" and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_migrate_to_a_file_that_fills_the_disk_leaves_no_file(cli, monkeypatch, pg_dsn, home):
+    from navi_desktop.memory import copy_sides
+    from navi_desktop.memory.failures import disk_full
+
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    profile = profile_name()
+    assert cli("add", "editor", "vim", profile=profile)[0] == 0
+    assert cli("migrate", "--to", "postgres", profile=profile)[0] == 0
+    monkeypatch.setenv("NAVI_HOME", str(home / "elsewhere"))
+
+    original = copy_sides.SqliteSide.insert
+
+    async def full(self, table, rows, **kw):  # the disk fills once the memories are written
+        ids = await original(self, table, rows, **kw)
+        if table == "memories":
+            raise disk_full(self.store.db.path)
+        return ids
+
+    monkeypatch.setattr(copy_sides.SqliteSide, "insert", full)
+    err = _one_line(*cli("migrate", "--to", "sqlite", profile=profile))
+    assert "disk full" in err and "nothing of the copy was kept" in err and "migrate again" in err
+    assert not (home / "elsewhere" / "data" / "profiles" / profile).exists()
+    assert not list((home / "elsewhere").rglob("memory.db*"))
+    monkeypatch.undo()
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    monkeypatch.setenv("NAVI_HOME", str(home / "elsewhere"))
+    code, out, err = cli("migrate", "--to", "sqlite", profile=profile)
+    assert code == 0 and "memories: 1" in out, err
+
+
+def test_migrate_refuses_a_target_file_that_is_a_symlink(cli, monkeypatch, pg_dsn, home):
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    profile = profile_name()
+    assert cli("add", "editor", "vim", profile=profile)[0] == 0
+    assert cli("migrate", "--to", "postgres", profile=profile)[0] == 0
+    path = home / "data" / "profiles" / profile / "memory.db"
+    assert path.exists(), list(home.rglob("memory.db"))
+    path.unlink()
+    victim = home / "victim"
+    victim.write_bytes(b"")
+    path.symlink_to(victim)
+    err = _one_line(*cli("migrate", "--to", "sqlite", profile=profile))
+    assert f"{path} is a symbolic link" in err
+    assert victim.read_bytes() == b"" and path.is_symlink()
+
+
+def test_migrate_from_a_damaged_file_says_so_and_writes_nothing(cli, monkeypatch, pg_dsn, home):
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    profile = profile_name()
+    assert cli("add", "editor", "vim", profile=profile)[0] == 0
+    path = home / "data" / "profiles" / profile / "memory.db"
+    data = bytearray(path.read_bytes())
+    data[:16] = b"not a sqlite fil"
+    path.write_bytes(bytes(data))
+    err = _one_line(*cli("migrate", "--to", "postgres", profile=profile))
+    assert str(path) in err
+    code, _, err = cli("migrate", "--to", "sqlite", profile=profile)
+    assert code == 2 and f"no profile {profile!r}" in err  # nothing was made on the server
+
+
+def test_migrate_when_the_server_goes_away_keeps_nothing(cli, monkeypatch, pg_dsn, home):
+    from navi_desktop.memory import copy_server
+
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    profile = profile_name()
+    assert cli("add", "editor", "vim", profile=profile)[0] == 0
+    original = copy_server.PgSide.insert
+
+    async def gone(self, table, rows, **kw):  # the server ends this connection mid-copy
+        if table == "memories":
+            import asyncpg
+
+            pid = await self.db.scalar("SELECT pg_backend_pid()")
+            admin = await asyncpg.connect(pg_dsn)
+            try:
+                assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
+            finally:
+                await admin.close()
+        return await original(self, table, rows, **kw)
+
+    monkeypatch.setattr(copy_server.PgSide, "insert", gone)
+    err = _one_line(*cli("migrate", "--to", "postgres", profile=profile))
+    assert "closed the connection" in err and "nothing of the copy was kept" in err
+    assert "retrying" not in err and "migrate again" in err
+    monkeypatch.setattr(copy_server.PgSide, "insert", original)
+    code, out, err = cli("migrate", "--to", "postgres", profile=profile)
+    assert code == 0 and "memories: 1" in out, err
+
+
+def test_migrate_from_a_server_that_goes_away_leaves_no_file(cli, monkeypatch, pg_dsn, home):
+    from navi_desktop.memory import copy_server
+
+    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
+    profile = profile_name()
+    assert cli("add", "editor", "vim", profile=profile)[0] == 0
+    assert cli("migrate", "--to", "postgres", profile=profile)[0] == 0
+    monkeypatch.setenv("NAVI_HOME", str(home / "elsewhere"))
+    original = copy_server.PgSide.fetchall
+
+    async def gone(self, text, *args):  # the server ends this connection mid-read
+        if "FROM memories" in text:
+            import asyncpg
+
+            pid = await self.db.scalar("SELECT pg_backend_pid()")
+            admin = await asyncpg.connect(pg_dsn)
+            try:
+                assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
+            finally:
+                await admin.close()
+        return await original(self, text, *args)
+
+    monkeypatch.setattr(copy_server.PgSide, "fetchall", gone)
+    err = _one_line(*cli("migrate", "--to", "sqlite", profile=profile))
+    assert "nothing of the copy was kept" in err and "retrying" not in err
+    assert not list((home / "elsewhere").rglob("memory.db*"))
+    monkeypatch.setattr(copy_server.PgSide, "fetchall", original)
+    code, out, err = cli("migrate", "--to", "sqlite", profile=profile)
+    assert code == 0 and "memories: 1" in out, err

@@ -9,11 +9,13 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from navi_desktop.cli.main import CommandError
 from navi_desktop.cli.output import emit_json
 from navi_desktop.cli.profile_access import profile_name, wants_json
+from navi_desktop.errors import DiskFull, StorageUnavailable
 
 BACKENDS = ("postgres", "sqlite")
 
@@ -53,6 +55,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
             report = asyncio.run(_copy(args.to, memory, path, profile))
         except _database_errors() as exc:  # the target's transaction was rolled back
             raise CommandError(f"the copy failed and nothing of it was kept: {exc}") from exc
+        except DiskFull as exc:  # not the file's advice: nothing retries a copy
+            raise DiskFull(
+                f"{exc.without_advice()}; nothing of the copy was kept: free some space,"
+                " then migrate again"
+            ) from exc
     _show(args, report, profile, paths.config_file)
     return 0
 
@@ -98,21 +105,52 @@ def _daemon_stopped(paths: Any) -> Iterator[None]:
         os.close(fd)
 
 
-async def _copy(to: str, memory: Any, path: Any, profile: str) -> Any:
+async def _copy(to: str, memory: Any, path: Path, profile: str) -> Any:
     from navi_desktop.memory.backends import open_server_store
-    from navi_desktop.memory.copy_profile import copy_profile
     from navi_desktop.memory.store import MemoryStore
-
-    def local() -> Any:
-        return MemoryStore.open(path, create=to == "sqlite")
 
     def server() -> Any:
         return open_server_store(memory, profile, embedder=None, create=to == "postgres")
 
-    first, second = (local, server) if to == "postgres" else (server, local)
-    # The source is opened first: a missing one creates nothing on the other side.
-    async with await first() as source, await second() as target:
+    if to == "postgres":
+        # The source is opened first: a missing one creates nothing on the other side.
+        async with await MemoryStore.open(path, create=False) as source, await server() as target:
+            return await _copy_whole(source, target)
+    if path.is_symlink():  # SQLite would write wherever it points
+        raise CommandError(
+            f"{path} is a symbolic link, not a memory file: remove it, then migrate again"
+        )
+    async with await server() as source:
+        new_folder, new_file = not path.parent.exists(), not path.exists()
+        try:
+            async with await MemoryStore.open(path) as target:
+                return await _copy_whole(source, target)
+        except BaseException:
+            # The copy's transaction was rolled back; a file made for it goes too.
+            if new_file:
+                _remove_new(path, new_folder)
+            raise
+
+
+async def _copy_whole(source: Any, target: Any) -> Any:
+    from navi_desktop.memory.copy_profile import copy_profile
+
+    try:
         return await copy_profile(source, target)
+    except StorageUnavailable as exc:  # the server went away mid-copy: no retrying here
+        raise StorageUnavailable(
+            f"{exc.without_advice()}; nothing of the copy was kept:"
+            " migrate again once the server answers"
+        ) from exc
+
+
+def _remove_new(path: Path, folder_too: bool) -> None:
+    for leftover in (path, *(path.with_name(path.name + s) for s in ("-wal", "-shm", "-journal"))):
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+    if folder_too:
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
 
 
 def _show(args: argparse.Namespace, report: Any, profile: str, config: Any) -> None:

@@ -123,11 +123,10 @@ async def _check_empty(dst: Side) -> None:
 
 
 async def _copy(src: Side, dst: Side, report: CopyReport) -> None:
-    meta = [r for rows in [x async for x in src.chunks("meta", ("key",))] for r in rows]
+    meta = [r async for rows in src.chunks("meta", ("key",)) for r in rows]
+    scrubs = sum(r["key"] in SOURCE_ONLY_META for r in meta)
     await _copy_meta(dst, [r for r in meta if r["key"] not in SOURCE_ONLY_META | WATERMARKS])
-    report.leave_out(
-        "unfinished scrubs of the source file", sum(r["key"] in SOURCE_ONLY_META for r in meta)
-    )
+    report.leave_out("unfinished scrubs of the source file", scrubs)
     async for rows in src.chunks("sessions", ("id",)):
         await dst.insert_plain("sessions", rows)
         report.add("sessions", len(rows))
@@ -138,7 +137,7 @@ async def _copy(src: Side, dst: Side, report: CopyReport) -> None:
         await dst.keep_memory_ids_used(used)
     watermarks = [r for r in meta if r["key"] in WATERMARKS]
     await _copy_meta(dst, [{**r, "value": _watermark(r["value"], memories)} for r in watermarks])
-    report.add("meta", len(meta) - sum(r["key"] in SOURCE_ONLY_META for r in meta))
+    report.add("meta", len(meta) - scrubs)
 
     async for rows in src.chunks("memory_history", ("id",)):
         kept = _follow(rows, report, "memory_history", required={"memory_id": memories})

@@ -125,17 +125,9 @@ class PgSide(Side):
         vec = np.asarray(vector, dtype=np.float32)
         return vec if vec.shape == (int(row["dim"]),) else None
 
-    async def insert_embeddings(self, rows: list[dict[str, Any]], source: Side) -> int:
+    def stored_vector(self, row: dict[str, Any], source: Side) -> dict[str, Any] | None:
         from pgvector import Vector
 
-        out, damaged = [], 0
-        for r in rows:
-            vec = source.float_vector(r)
-            if vec is None:
-                damaged += 1
-                continue
-            # As pgvector's own type: an array of arrays would be read as a 2-d array.
-            kept = {k: v for k, v in r.items() if k not in ("id", "bits")}
-            out.append({**kept, "vector": Vector(vec)})
-        await self._insert_arrays("embeddings", out)
-        return damaged
+        vec = source.float_vector(row)
+        # As pgvector's own type: an array of arrays would be read as a 2-d array.
+        return None if vec is None else {"vector": Vector(vec)}

@@ -123,10 +123,20 @@ class Side:
         """An embedding row's vector as floats; None when the row is damaged."""
         raise NotImplementedError
 
+    def stored_vector(self, row: dict[str, Any], source: Side) -> dict[str, Any] | None:
+        """An embedding row's vector columns as this side keeps them; None when damaged."""
+        raise NotImplementedError
+
     async def insert_embeddings(self, rows: list[dict[str, Any]], source: Side) -> int:
         """Write embedding rows read from ``source`` (owners already this side's ids); returns
         how many were left out as damaged."""
-        raise NotImplementedError
+        out = []
+        for r in rows:
+            stored = self.stored_vector(r, source)
+            if stored is not None:
+                out.append({**{k: v for k, v in r.items() if k not in ("id", "bits")}, **stored})
+        await self.insert_plain("embeddings", out)
+        return len(rows) - len(out)
 
     async def memory_ids_used(self) -> int | None:
         """The highest memory id this profile ever gave (forgotten ones included), where its
@@ -194,15 +204,9 @@ class SqliteSide(Side):
         docs: list[tuple[str, str]] | None = None,
     ) -> list[int]:
         # The file is new to these rows: they keep the source's ids (unique there, so here).
-        if not rows:
-            return []
-        names = list(rows[0])
-        await self.executemany(
-            f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-            [[r[c] for c in names] for r in rows],
-        )
+        await self.insert_plain(table, rows)
         ids = [int(r["id"]) for r in rows]
-        if docs is not None:
+        if docs:
             await self.executemany(
                 f"INSERT INTO {FTS_TABLES[table]} VALUES (?, ?, ?)",
                 [(i, *d) for i, d in zip(ids, docs, strict=True)],
@@ -220,35 +224,13 @@ class SqliteSide(Side):
         vec[(vec == 0) & (signs == 1)] = POSITIVE_ZERO
         return vec
 
-    async def insert_embeddings(self, rows: list[dict[str, Any]], source: Side) -> int:
-        out, damaged = [], 0
-        for r in rows:
-            if source.kind == "sqlite" and len(r["vector"]) == int(r["dim"]):
-                vector, bits = r["vector"], r["bits"]  # the same layout: copied as it is
-            else:
-                vec = source.float_vector(r)
-                if vec is None:
-                    damaged += 1
-                    continue
-                vector, bits = int8_codes(vec)[0].tobytes(), sign_bits(vec).tobytes()
-            out.append(
-                (
-                    r["memory_id"],
-                    r["message_id"],
-                    r["model"],
-                    r["dim"],
-                    r["content_hash"],
-                    vector,
-                    bits,
-                    r["created_at"],
-                )
-            )
-        await self.executemany(
-            "INSERT INTO embeddings (memory_id, message_id, model, dim, content_hash, vector,"
-            " bits, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            out,
-        )
-        return damaged
+    def stored_vector(self, row: dict[str, Any], source: Side) -> dict[str, Any] | None:
+        if source.kind == "sqlite" and len(row["vector"]) == int(row["dim"]):
+            return {"vector": row["vector"], "bits": row["bits"]}  # the same layout: as it is
+        vec = source.float_vector(row)
+        if vec is None:
+            return None
+        return {"vector": int8_codes(vec)[0].tobytes(), "bits": sign_bits(vec).tobytes()}
 
     async def memory_ids_used(self) -> int | None:
         return await self.db.scalar("SELECT seq FROM sqlite_sequence WHERE name = 'memories'")

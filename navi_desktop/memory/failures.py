@@ -74,10 +74,12 @@ def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
             f"{free}; {Path(path).name} cannot be opened (SQLite needs room for its log) and was"
             " not changed: free some space and it opens again"
         )
-    return DiskFull(
+    error = DiskFull(
         f"{free}; this change was not saved and everything saved before is intact; free some"
         " space and Navi writes again by itself"
     )
+    error.cause = free
+    return error
 
 
 def unreadable(path: Path, reason: str) -> ProfileUnreadable:

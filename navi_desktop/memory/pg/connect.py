@@ -52,7 +52,10 @@ def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
     if isinstance(exc, OSError | socket.gaierror | TimeoutError | asyncpg.CannotConnectNowError):
         return StorageUnavailable(f"memory server {where} is not reachable ({text}): {START_HINT}")
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.ConnectionDoesNotExistError):
-        return StorageUnavailable(f"memory server {where} closed the connection ({text}): retrying")
+        closed = f"memory server {where} closed the connection ({text})"
+        error = StorageUnavailable(f"{closed}: retrying")
+        error.cause = closed
+        return error
     if isinstance(exc, ValueError):  # asyncpg's DSN parser
         return StorageUnavailable(f"memory server DSN {where} is not valid ({text}): fix it")
     return StorageUnavailable(f"memory server {where}: {text}")
