@@ -29,7 +29,9 @@ class QuickService(Service):
 
 class Proxy:
     """A TCP port that forwards to the server; ``down()`` is an outage (listener and every
-    live connection cut), ``up()`` the server back on the same port."""
+    live connection cut), ``up()`` the server back on the same port; ``flowing.clear()`` a
+    server that hangs (connections stay open, nothing comes back), ``flowing.set()`` it
+    answering again."""
 
     def __init__(self, target_dsn: str) -> None:
         parts = urlsplit(target_dsn)
@@ -41,6 +43,8 @@ class Proxy:
         self.port = 0
         self.server: asyncio.Server | None = None
         self.links: set[asyncio.StreamWriter] = set()
+        self.flowing = asyncio.Event()
+        self.flowing.set()
 
     @property
     def dsn(self) -> str:
@@ -71,6 +75,7 @@ class Proxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             try:
                 while data := await src.read(65536):
+                    await self.flowing.wait()
                     dst.write(data)
                     await dst.drain()
             except (ConnectionError, OSError):
@@ -216,6 +221,46 @@ async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg
         ]
         later = [(m.role, m.content) for m in await check.messages(fresh["session_id"])]
         assert later == [("user", "a new chat while away"), ("assistant", "Noted.")]
+
+
+async def test_a_server_that_stops_answering_does_not_hang_a_turn(tmp_path, pg_dsn, monkeypatch):
+    from navi_desktop.memory.pg.buffered import BufferedStore
+
+    monkeypatch.setattr(BufferedStore, "ANSWER_S", 1.0)
+    name = profile_name()
+    proxy = Proxy(pg_dsn)
+    await proxy.up()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
+        try:
+            first = await service.chat_send({"text": "before it hung"}, Peer())
+            sid = first["session_id"]
+            proxy.flowing.clear()
+            # Unbounded, the turn waits on the frozen server forever: 120 s only stops the test.
+            during = await asyncio.wait_for(
+                service.chat_send({"text": "typed while it hung", "session_id": sid}, Peer()),
+                120,
+            )
+            assert during["reply"] == "Noted."
+            status = await service.status({}, Peer())
+            problem = status["profile_errors"][name]["message"]
+            assert "did not answer" in problem and "\n" not in problem
+
+            proxy.flowing.set()
+            await asyncio.wait_for(service.retry_due(), 120)
+            assert not list(tmp_path.rglob("outbox.db"))
+        finally:
+            proxy.flowing.set()
+            await service.shutdown(budget_s=5)
+            await proxy.down()
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        said = [(m.role, m.content) for m in await check.messages(sid)]
+        assert said == [
+            ("user", "before it hung"),
+            ("assistant", "Noted."),
+            ("user", "typed while it hung"),
+            ("assistant", "Noted."),
+        ]
 
 
 async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, pg_dsn):

@@ -6,8 +6,9 @@ failed open) and takes the writes a turn needs (new sessions, messages) into a l
 (memory/outbox.py) while the server is unreachable; the turn's own reads (the session, its
 recent messages) come from the server and the outbox together (the turn's memory reads give
 nothing then: pipeline/context.py answers without memory). The outbox is replayed, in order, before
-the next write once the server answers, and by ``keep_alive``. Everything else goes to the
-server and says in one line that it is unreachable.
+the next write once the server answers, and by ``keep_alive``. A server that stops answering
+(a frozen host, a cut link without a reset) counts as away after ``ANSWER_S``: a turn never
+hangs on it. Everything else goes to the server and says in one line that it is unreachable.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import inspect
 import json
 import logging
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,6 +49,11 @@ class BufferedStore:
     Any other method is the server store's own, opened first if it is not yet."""
 
     backend = "postgres"
+    # How long a chat turn's read or write waits for the server before keeping it locally,
+    # and how long after such a wait the server is not asked again (keep_alive still asks):
+    # a turn makes several calls, and each waiting its ANSWER_S made a turn take minutes.
+    ANSWER_S = 10.0
+    SILENT_S = 60.0
 
     def __init__(
         self,
@@ -58,6 +65,7 @@ class BufferedStore:
         self._on_open = on_open
         self._store: PgMemoryStore | None = None
         self.away: str | None = None  # why the server did not answer the last call, if not
+        self._silent_until = 0.0  # monotonic time until which a silent server is not asked
         self._opening = asyncio.Lock()
         self.outbox = outbox
         self._lock = asyncio.Lock()  # one replay at a time, and writes wait behind it
@@ -75,7 +83,10 @@ class BufferedStore:
 
     def __getattr__(self, name: str) -> Any:
         if self._store is not None:
-            return getattr(self._store, name)
+            attr = getattr(self._store, name)
+            if inspect.iscoroutinefunction(attr) and self._silent():
+                return self._refusal  # a turn's memory reads too: not one more wait on it
+            return attr
         attr = getattr(PgMemoryStore, name)  # AttributeError for what no store has
         if not inspect.iscoroutinefunction(attr):
             raise StorageUnavailable(f"memory server not connected yet (for {name})")
@@ -85,6 +96,13 @@ class BufferedStore:
 
         return call
 
+    async def _refusal(self, *args: Any, **kwargs: Any) -> Any:
+        raise StorageUnavailable(self.away or "memory server not answering")
+
+    def _silent(self) -> bool:
+        """Whether the server did not answer lately, and is not to be asked (see _answer)."""
+        return bool(self.away) and time.monotonic() < self._silent_until
+
     async def close(self) -> None:
         if self._store is not None:
             await self._store.close()
@@ -92,7 +110,7 @@ class BufferedStore:
 
     async def keep_alive(self) -> int:
         """Open the server store if it is not, and replay the outbox; the writes sent."""
-        await self._call("get_meta", "profile_summary")  # connected, and answering
+        await self._answer("get_meta", "profile_summary", probe=True)  # connected, answering
         return await self.replay()
 
     async def replay(self) -> int:
@@ -106,7 +124,7 @@ class BufferedStore:
         for row in await self.outbox.pending():
             if row["kind"] == "session":
                 with contextlib.suppress(InvalidInput):  # already there: an earlier replay
-                    await self._call(
+                    await self._answer(
                         "create_session", row["title"], session_id=row["session_id"], at=row["at"]
                     )
             elif not await self._already_sent(row):
@@ -118,19 +136,18 @@ class BufferedStore:
         return sent
 
     async def _send(self, row: Any) -> None:
-        server = await self.server()
         meta = json.loads(row["meta"]) if row["meta"] else None
-        args = (row["session_id"], row["role"], row["content"])
+        args = ("save_message", row["session_id"], row["role"], row["content"])
         kwargs = {"name": row["name"], "at": row["at"], "meta": meta}
         try:
-            await server.save_message(*args, **kwargs)
+            await self._answer(*args, **kwargs)
         except NotFound:  # its session was deleted meanwhile (another machine): kept anyway
-            await server.create_session(session_id=row["session_id"], at=row["at"])
-            await server.save_message(*args, **kwargs)
+            await self._answer("create_session", session_id=row["session_id"], at=row["at"])
+            await self._answer(*args, **kwargs)
 
     async def _already_sent(self, row: Any) -> bool:
         """Whether an earlier replay stored this message and stopped before crossing it out."""
-        recent = await self._call("messages", row["session_id"], last=20)
+        recent = await self._answer("messages", row["session_id"], last=20)
         return any(
             (m.role, m.content, m.created_at) == (row["role"], row["content"], row["at"])
             for m in recent
@@ -151,21 +168,22 @@ class BufferedStore:
     async def create_session(
         self, title: str | None = None, *, session_id: str | None = None, at: str | None = None
     ) -> Session:
-        if await self._flushed():
-            try:
-                return await self._call("create_session", title, session_id=session_id, at=at)
-            except StorageUnavailable as exc:
-                log.warning("keeping a new session locally: %s", exc)
+        # Named before the server is asked: a call whose answer was lost is replayed as the
+        # same session (already there), not a second one.
         sid = session_id or uuid.uuid4().hex[:12]
         when = check_iso(at, "at") if at else now_iso()
+        if await self._flushed():
+            try:
+                return await self._answer("create_session", title, session_id=sid, at=when)
+            except StorageUnavailable as exc:
+                log.warning("keeping a new session locally: %s", exc)
         async with self._lock:
-            seq = await self.outbox.add("session", sid, title=title, at=when)
-        rows = [r for r in await self.outbox.pending() if r["seq"] == seq]
-        return _session(rows[0])
+            await self.outbox.add("session", sid, title=title, at=when)
+        return Session(sid, title, when, when, "open", 0, None, None)
 
     async def get_session(self, session_id: str) -> Session:
         try:
-            return await self._call("get_session", session_id)
+            return await self._answer("get_session", session_id)
         except StorageUnavailable as exc:
             for row in await self.outbox.pending():
                 if row["kind"] == "session" and row["session_id"] == session_id:
@@ -186,16 +204,18 @@ class BufferedStore:
         at: str | None = None,
         meta: dict[str, Any] | None = None,
     ) -> Message:
+        if role not in ROLES:
+            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+        # Timed before the server is asked: a message stored whose answer was lost is known
+        # by its time when replayed (_already_sent), not stored twice.
+        when = check_iso(at, "at") if at else now_iso()
         if await self._flushed():
             try:
-                return await self._call(
-                    "save_message", session_id, role, content, name=name, at=at, meta=meta
+                return await self._answer(
+                    "save_message", session_id, role, content, name=name, at=when, meta=meta
                 )
             except StorageUnavailable as exc:
                 log.warning("keeping a message locally: %s", exc)
-        if role not in ROLES:
-            raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-        when = check_iso(at, "at") if at else now_iso()
         async with self._lock:
             seq = await self.outbox.add(
                 "message",
@@ -211,16 +231,16 @@ class BufferedStore:
     async def messages(
         self, session_id: str, *, after_id: int = 0, last: int | None = None
     ) -> list[Message]:
-        await self._flushed()
+        answering = await self._flushed()  # False: the server was just tried, and is away
         kept = [
             _message(r)
             for r in await self.outbox.pending()
             if r["kind"] == "message" and r["session_id"] == session_id
         ]
-        try:
-            stored = await self._call("messages", session_id, after_id=after_id, last=last)
-        except StorageUnavailable:
-            stored = []
+        stored = []
+        if answering:
+            with contextlib.suppress(StorageUnavailable):
+                stored = await self._answer("messages", session_id, after_id=after_id, last=last)
         if not kept:
             return stored
         both = stored + kept
@@ -240,7 +260,7 @@ class BufferedStore:
 
     async def _or_nothing(self, method: str, nothing: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await self._call(method, *args, **kwargs)
+            return await self._answer(method, *args, **kwargs)
         except StorageUnavailable as exc:
             log.warning("%s without the memory server: %s", method, exc)
             return nothing
@@ -253,4 +273,24 @@ class BufferedStore:
             self.away = str(exc)
             raise
         self.away = None
+        return result
+
+    async def _answer(self, method: str, *args: Any, probe: bool = False, **kwargs: Any) -> Any:
+        """``_call`` for a chat turn and the replay: a server that does not answer within
+        ``ANSWER_S`` is away, and is not asked again for ``SILENT_S`` unless ``probe`` (long
+        work such as an import goes through ``_call`` unbounded)."""
+        if not probe and self._silent():
+            raise StorageUnavailable(self.away or "memory server not answering")
+        try:
+            async with asyncio.timeout(self.ANSWER_S):
+                result = await self._call(method, *args, **kwargs)
+        except TimeoutError:
+            where = self._store.where if self._store is not None else "(connecting)"
+            self.away = (
+                f"memory server {where} did not answer within {self.ANSWER_S:g} s: check that"
+                " it is running and reachable"
+            )
+            self._silent_until = time.monotonic() + self.SILENT_S
+            raise StorageUnavailable(self.away) from None
+        self._silent_until = 0.0
         return result
