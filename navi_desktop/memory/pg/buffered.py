@@ -32,6 +32,17 @@ from navi_desktop.memory.pg.store import ROLES, PgMemoryStore
 log = logging.getLogger(__name__)
 
 
+# Calls given up on (see BufferedStore._answer), held until they end: a task nothing refers
+# to may be collected before it finishes.
+_ABANDONED: set[asyncio.Future[Any]] = set()
+
+
+def _abandoned(call: asyncio.Future[Any]) -> None:
+    _ABANDONED.discard(call)
+    if not call.cancelled() and call.exception() is not None:
+        log.debug("a call given up on ended with: %s", call.exception())
+
+
 def _message(row: Any) -> Message:
     # A negative id: provisional, until the server gives the message its own.
     meta = json.loads(row["meta"]) if row["meta"] else None
@@ -281,16 +292,28 @@ class BufferedStore:
         work such as an import goes through ``_call`` unbounded)."""
         if not probe and self._silent():
             raise StorageUnavailable(self.away or "memory server not answering")
+        # The call runs as its own task, and one that does not answer is cancelled and left
+        # to finish on its own: asyncpg's clean-up of a cancelled query waits, shielded, for
+        # the server to acknowledge the cancel, which a frozen server never does (a turn
+        # timed out in place took a minute, not ANSWER_S).
+        call = asyncio.ensure_future(self._call(method, *args, **kwargs))
         try:
-            async with asyncio.timeout(self.ANSWER_S):
-                result = await self._call(method, *args, **kwargs)
-        except TimeoutError:
+            done, _ = await asyncio.wait({call}, timeout=self.ANSWER_S)
+        except asyncio.CancelledError:
+            call.cancel()
+            raise
+        if done:
+            result = call.result()
+        else:
+            call.cancel()
+            call.add_done_callback(_abandoned)
+            _ABANDONED.add(call)
             where = self._store.where if self._store is not None else "(connecting)"
             self.away = (
                 f"memory server {where} did not answer within {self.ANSWER_S:g} s: check that"
                 " it is running and reachable"
             )
             self._silent_until = time.monotonic() + self.SILENT_S
-            raise StorageUnavailable(self.away) from None
+            raise StorageUnavailable(self.away)
         self._silent_until = 0.0
         return result

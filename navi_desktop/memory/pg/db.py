@@ -4,7 +4,9 @@ connection (a context variable holds it, so nested scopes share one connection).
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -13,8 +15,20 @@ from typing import Any
 
 from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
 
+log = logging.getLogger(__name__)
+
 SCHEMA = "navi"
 COUNT_MAX_AGE_S = 60.0
+# Bounds on waiting for a server that stopped answering (connections open, nothing comes
+# back). asyncpg waits, unbounded and shielded from cancellation, for the server to
+# acknowledge a cancelled query before a connection returns to the pool, and for each
+# connection to close: a frozen server then held up a cancelled task, and the daemon's
+# stop, forever. A connection not back within RELEASE_S is dropped; a pool whose every
+# connection stays busy for ACQUIRE_S says so in one line.
+CONNECT_S = 5.0
+ACQUIRE_S = 30.0
+RELEASE_S = 5.0
+CLOSE_S = 5.0
 
 
 class PgDatabase:
@@ -32,7 +46,7 @@ class PgDatabase:
         dsn: str,
         *,
         max_size: int = 4,
-        timeout: float = 5.0,
+        timeout: float = CONNECT_S,
         settings: dict[str, str] | None = None,
     ) -> PgDatabase:
         import asyncpg
@@ -65,7 +79,10 @@ class PgDatabase:
         return shown(self.dsn)
 
     async def close(self) -> None:
-        await self.pool.close()
+        try:
+            await asyncio.wait_for(self.pool.close(), CLOSE_S)
+        except TimeoutError:
+            self.pool.terminate()  # a server that does not answer is not waited for
 
     async def reset_codecs(self) -> None:
         """After the vector extension was created: new connections register its codec."""
@@ -124,11 +141,26 @@ class PgDatabase:
     async def _acquire(self) -> AsyncIterator[Any]:
         import asyncpg
 
+        started = time.monotonic()
         try:
-            async with self.pool.acquire() as conn:
-                yield conn
+            conn = await self.pool.acquire(timeout=ACQUIRE_S)
+        except TimeoutError as exc:  # a new connection, or a busy pool's free one, too slow
+            waited = time.monotonic() - started
+            raise StorageUnavailable(
+                f"memory server {self.shown} did not answer within {waited:.0f} s: check that"
+                " it is running and reachable"
+            ) from exc
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
             raise explain(exc, self.dsn) from exc
+        try:
+            yield conn
+        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
+            raise explain(exc, self.dsn) from exc
+        finally:
+            try:
+                await self.pool.release(conn, timeout=RELEASE_S)
+            except Exception as exc:  # asyncpg dropped the connection; the pool makes another
+                log.debug("a connection to %s dropped on release: %s", self.shown, exc)
 
     def _conn(self) -> Any:
         conn = self._current.get()
@@ -161,7 +193,7 @@ def rowcount(status: str) -> int:
         return 0
 
 
-__all__ = ["SCHEMA", "PgDatabase", "StorageUnavailable", "rowcount"]
+__all__ = ["CLOSE_S", "CONNECT_S", "SCHEMA", "PgDatabase", "StorageUnavailable", "rowcount"]
 
 
 def numbered(sql: str, start: int) -> str:

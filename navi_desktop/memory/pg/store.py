@@ -7,6 +7,7 @@ server's row-level security, not this code (schema.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import uuid
@@ -17,7 +18,7 @@ from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.models import Message, Session
-from navi_desktop.memory.pg.db import PgDatabase, rowcount
+from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase, rowcount
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.exchange import PgExchangeOps
 from navi_desktop.memory.pg.facts import PgFactOps
@@ -344,8 +345,12 @@ class ChangeFeed:
             self.callback(int(memory_id))
 
     async def close(self) -> None:
-        await self.conn.remove_listener("navi_changed", self._heard)
-        await self.conn.close()
+        try:
+            async with asyncio.timeout(CLOSE_S):  # a frozen server is not waited for (pg/db.py)
+                await self.conn.remove_listener("navi_changed", self._heard)
+                await self.conn.close()
+        except TimeoutError:
+            self.conn.terminate()
 
 
 async def watch_changes(store: PgMemoryStore, callback: Any) -> ChangeFeed:
@@ -354,7 +359,7 @@ async def watch_changes(store: PgMemoryStore, callback: Any) -> ChangeFeed:
     from navi_desktop.memory.pg.connect import explain
 
     try:
-        conn = await asyncpg.connect(store.db.dsn)
+        conn = await asyncpg.connect(store.db.dsn, timeout=CONNECT_S)
     except Exception as exc:
         raise explain(exc, store.db.dsn) from exc
     feed = ChangeFeed(conn, store.user_id, callback)
