@@ -4,6 +4,13 @@ shown back), the CLI on a server profile, and ``forget --compact``."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from navi_desktop.config import parse_settings
 
@@ -86,3 +93,36 @@ def test_file_tools_on_a_server_profile_say_what_to_use_instead(home, cli, monke
         assert code != 0 and err.count("\n") == 1, (command, err)
         assert "memory server" in err and "pg_dump" in err and "migrate --to sqlite" in err
     assert not (home / "data").exists()
+
+
+def test_the_local_server_starts_is_used_and_stops_without_noise(tmp_path):
+    """``navi memory server start --use|status|stop`` as a user runs them: a fresh process
+    without XDG_RUNTIME_DIR (pgserver's import warned about it on every command)."""
+    pytest.importorskip("pgserver")
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    env |= {"NAVI_HOME": str(tmp_path), "NAVI_DAEMON": "off", "NAVI_EMBEDDER": "none"}
+
+    def navi(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "navi_desktop", "memory", *args]
+        return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+
+    started = navi("server", "start", "--use")
+    try:
+        assert started.returncode == 0 and started.stderr == "", started.stderr
+        assert "memory server running: postgresql://" in started.stdout
+        assert 'backend = "postgres"' in (tmp_path / "config" / "config.toml").read_text()
+        added = navi("add", "editor", "helix")
+        assert added.returncode == 0 and added.stderr == "", added.stderr
+        listed = navi("--json", "list")
+        assert [m["value"] for m in json.loads(listed.stdout)["memories"]] == ["helix"]
+        status = navi("server", "status")
+        assert status.returncode == 0 and status.stderr == ""
+    finally:
+        stopped = navi("server", "stop")
+    assert stopped.returncode == 0 and stopped.stderr == "", stopped.stderr
+    assert "memory server stopped" in stopped.stdout
+    after = navi("--json", "server", "status")
+    assert after.returncode == 1 and json.loads(after.stdout)["state"] == "stopped"
+    folder = Path(json.loads(after.stdout)["folder"])
+    if folder.is_relative_to("/var/lib/navi-desktop"):  # root's servers live outside tmp_path
+        shutil.rmtree(folder)

@@ -6,6 +6,7 @@ is a system PostgreSQL that ``[memory] dsn`` points at."""
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,11 @@ def _folder() -> Path:
 
 def _pgserver() -> Any:
     try:
-        import pgserver
+        with warnings.catch_warnings():
+            # pgserver asks platformdirs for a runtime folder at import; without
+            # XDG_RUNTIME_DIR that warns, with a traceback-like line, on every command.
+            warnings.simplefilter("ignore")
+            import pgserver
     except ImportError as exc:
         raise CommandError(f"the local memory server needs pgserver: {INSTALL}") from exc
     return pgserver
