@@ -295,6 +295,12 @@ async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
             await service.store(name)  # its change feed is open too
             proxy.flowing.clear()
             await service.chat_send({"text": "typed while it hung", "session_id": sid}, Peer())
+            # A session ended now asks the server first (its claim): refused at once, and
+            # left pending, rather than waiting on it (an end already under way when the
+            # server froze waits out the statement's bound, pg/db.py QUERY_S).
+            fresh = await service.chat_send({"text": "a new chat while it hung"}, Peer())
+            ended = await asyncio.wait_for(service.end(name, fresh["session_id"], "idle"), 5)
+            assert ended.status == "pending" and "did not answer" in ended.reason
             # The open session's end, cancelled queries and closing connections all wait on
             # the frozen server: each is bounded, so the stop is too (it waited forever).
             await asyncio.wait_for(service.shutdown(budget_s=1), 15)
@@ -307,6 +313,35 @@ async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
     async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
         said = [m.content for m in await check.messages(sid)]
         assert said == ["before it hung", "Noted.", "typed while it hung", "Noted."]
+        later = [m.content for m in await check.messages(fresh["session_id"])]
+        assert later == ["a new chat while it hung", "Noted."]
+
+
+async def test_a_statement_the_server_never_answers_fails_in_one_line(pg_dsn, monkeypatch):
+    from navi_desktop.errors import StorageUnavailable
+    from navi_desktop.memory.pg import db
+
+    monkeypatch.setattr(db, "RELEASE_S", 1.0)
+    monkeypatch.setattr(db, "CLOSE_S", 1.0)
+    proxy = Proxy(pg_dsn)
+    await proxy.up()
+    pool = await db.PgDatabase.connect(proxy.dsn, query_s=1.0)
+    try:
+        async with pool.reading():
+            assert await pool.scalar("SELECT 1") == 1
+        proxy.flowing.clear()
+
+        async def frozen_read():
+            async with pool.transaction():  # its ROLLBACK waits on the server too
+                return await pool.scalar("SELECT 2")
+
+        with pytest.raises(StorageUnavailable) as caught:
+            await asyncio.wait_for(frozen_read(), 15)  # unbounded before: forever
+        assert "did not answer" in str(caught.value) and "\n" not in str(caught.value)
+        await asyncio.wait_for(pool.close(), 15)
+    finally:
+        proxy.flowing.set()
+        await proxy.down()
 
 
 async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, pg_dsn):

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 Broadcast = Callable[[str, str, dict[str, Any]], Awaitable[object]]  # RpcServer.broadcast
 Handler = Callable[[dict[str, Any], Any], Awaitable[Any]]
 PROGRESS_EVERY_S = 1.0  # session-end progress notifications, at most this often
+# How long a stop waits for cancelled work to unwind: a task cancelled in the middle of a
+# memory server's statement may wait on that server (pg/db.py), which the stop does not.
+SETTLE_S = 5.0
 
 
 class Service(ChatMethods, SessionMethods):
@@ -300,10 +303,10 @@ class Service(ChatMethods, SessionMethods):
             _, late = await asyncio.wait(ends, timeout=budget_s)
             for task in late:
                 task.cancel()  # left pending; recovery ends it at the next start
-            await asyncio.gather(*late, return_exceptions=True)
+            await _settle(late)
         for task in list(self._background):
             task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await _settle(set(self._background))
         await self.ollama.aclose()
         await self.remote.close()
         for store in self._stores.values():
@@ -399,3 +402,15 @@ class Service(ChatMethods, SessionMethods):
             "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),
             "config_errors": self.config_errors,
         }
+
+
+async def _settle(tasks: set[asyncio.Task[Any]] | set[asyncio.Future[Any]]) -> None:
+    """Let cancelled tasks finish, for at most SETTLE_S; one still waiting is left to the
+    event loop's own shutdown."""
+    if tasks:
+        done, stuck = await asyncio.wait(tasks, timeout=SETTLE_S)
+        for task in done:
+            if not task.cancelled():
+                task.exception()  # seen: a cancelled task's failure is no news at a stop
+        if stuck:
+            log.warning("stopping without waiting for %d task(s) on the memory server", len(stuck))

@@ -43,6 +43,12 @@ def _abandoned(call: asyncio.Future[Any]) -> None:
         log.debug("a call given up on ended with: %s", call.exception())
 
 
+def _waits_on_server(attr: Any) -> bool:
+    """Whether calling ``attr`` asks the server: a coroutine method, or an async context
+    manager's (``processing``, the session end's claim)."""
+    return inspect.iscoroutinefunction(attr) or inspect.isasyncgenfunction(inspect.unwrap(attr))
+
+
 def _message(row: Any) -> Message:
     # A negative id: provisional, until the server gives the message its own.
     meta = json.loads(row["meta"]) if row["meta"] else None
@@ -95,8 +101,9 @@ class BufferedStore:
     def __getattr__(self, name: str) -> Any:
         if self._store is not None:
             attr = getattr(self._store, name)
-            if inspect.iscoroutinefunction(attr) and self._silent():
-                return self._refusal  # a turn's memory reads too: not one more wait on it
+            if self._silent() and _waits_on_server(attr):
+                # A turn's memory reads, a session end's claim: not one more wait on it.
+                return self._refusal if inspect.iscoroutinefunction(attr) else self._refused
             return attr
         attr = getattr(PgMemoryStore, name)  # AttributeError for what no store has
         if not inspect.iscoroutinefunction(attr):
@@ -108,6 +115,9 @@ class BufferedStore:
         return call
 
     async def _refusal(self, *args: Any, **kwargs: Any) -> Any:
+        raise StorageUnavailable(self.away or "memory server not answering")
+
+    def _refused(self, *args: Any, **kwargs: Any) -> Any:
         raise StorageUnavailable(self.away or "memory server not answering")
 
     def _silent(self) -> bool:

@@ -24,17 +24,22 @@ COUNT_MAX_AGE_S = 60.0
 # acknowledge a cancelled query before a connection returns to the pool, and for each
 # connection to close: a frozen server then held up a cancelled task, and the daemon's
 # stop, forever. A connection not back within RELEASE_S is dropped; a pool whose every
-# connection stays busy for ACQUIRE_S says so in one line.
+# connection stays busy for ACQUIRE_S says so in one line. A statement gets QUERY_S (a bulk
+# one ROW_S more per row); schema upgrades and index builds, which may take minutes, run on
+# the opening connection, which has no bound.
 CONNECT_S = 5.0
+QUERY_S = 60.0
+ROW_S = 0.01
 ACQUIRE_S = 30.0
 RELEASE_S = 5.0
 CLOSE_S = 5.0
 
 
 class PgDatabase:
-    def __init__(self, pool: Any, dsn: str) -> None:
+    def __init__(self, pool: Any, dsn: str, query_s: float | None = QUERY_S) -> None:
         self.pool = pool
         self.dsn = dsn
+        self.query_s = query_s
         self._current: contextvars.ContextVar[Any] = contextvars.ContextVar(
             f"navi_pg_conn_{id(self)}", default=None
         )
@@ -47,6 +52,7 @@ class PgDatabase:
         *,
         max_size: int = 4,
         timeout: float = CONNECT_S,
+        query_s: float | None = QUERY_S,
         settings: dict[str, str] | None = None,
     ) -> PgDatabase:
         import asyncpg
@@ -63,6 +69,7 @@ class PgDatabase:
                 min_size=1,
                 max_size=max_size,
                 timeout=timeout,
+                command_timeout=query_s,  # every statement, ROLLBACK and cancel included
                 init=setup,
                 server_settings={
                     "search_path": f"{SCHEMA}, public",
@@ -72,7 +79,7 @@ class PgDatabase:
             )
         except Exception as exc:  # every connect failure becomes one line naming the server
             raise explain(exc, dsn) from exc
-        return cls(pool, dsn)
+        return cls(pool, dsn, query_s)
 
     @property
     def shown(self) -> str:
@@ -154,6 +161,11 @@ class PgDatabase:
             raise explain(exc, self.dsn) from exc
         try:
             yield conn
+        except TimeoutError as exc:  # a statement past its bound (see QUERY_S)
+            raise StorageUnavailable(
+                f"memory server {self.shown} did not answer a statement in time: check that"
+                " it is running and reachable"
+            ) from exc
         except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
             raise explain(exc, self.dsn) from exc
         finally:
@@ -168,12 +180,14 @@ class PgDatabase:
             raise RuntimeError("statement outside reading() or transaction()")
         return conn
 
-    async def execute(self, sql: str, *args: Any) -> str:
-        return await self._conn().execute(sql, *args)
+    async def execute(self, sql: str, *args: Any, timeout: float | None = None) -> str:
+        """``timeout``: this statement's bound, for one known to be slow (default QUERY_S)."""
+        return await self._conn().execute(sql, *args, timeout=timeout)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            await self._conn().executemany(sql, rows)
+            bound = None if self.query_s is None else max(self.query_s, len(rows) * ROW_S)
+            await self._conn().executemany(sql, rows, timeout=bound)
 
     async def fetchall(self, sql: str, *args: Any) -> list[Any]:
         return await self._conn().fetch(sql, *args)

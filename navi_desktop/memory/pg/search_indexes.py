@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 HNSW_BUILD_MEMORY_KB = 512 * 1024
+BUILD_S = 6 * 3600.0  # an index build may take long; only a server that never answers stops it
 
 TRIGRAM_COLUMNS = ("value", "key", "category")
 
@@ -58,7 +59,8 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
                 await db.execute(f"SET LOCAL maintenance_work_mem = '{HNSW_BUILD_MEMORY_KB}kB'")
             await db.execute(
                 f"CREATE INDEX IF NOT EXISTS {name} ON embeddings"
-                f" USING hnsw ((vector::vector({dim})) vector_cosine_ops) WHERE dim = {dim}"
+                f" USING hnsw ((vector::vector({dim})) vector_cosine_ops) WHERE dim = {dim}",
+                timeout=BUILD_S,  # minutes for a large profile, past any statement's bound
             )
     except asyncpg.InsufficientPrivilegeError:
         log.info("no HNSW index for %d-d vectors yet: only the tables' owner may create it", dim)

@@ -86,7 +86,7 @@ class PgMemoryStore(
     ) -> PgMemoryStore:
         """Connect, bring the schema up to date, and find (by default create) the profile's
         user row, owned by ``owner`` (a role this login is a member of; default: the login)."""
-        setup = await PgDatabase.connect(dsn, max_size=1)
+        setup = await PgDatabase.connect(dsn, max_size=1, query_s=None)  # see QUERY_S
         try:
             await migrate(setup)
             settings = await _working_role(setup)
