@@ -241,13 +241,19 @@ class Service(ChatMethods, SessionMethods):
         """At start: end the sessions a crash (or a failed extraction) left unprocessed."""
         root = self.paths.data / "profiles"
         found = [f.parent.name for f in sorted(root.glob("*/memory.db"))] if root.exists() else []
-        if on_server(self.settings.memory):  # the server's profiles are not listed here
+        remote = on_server(self.settings.memory)
+        if remote:  # the server's profiles are not listed here
             found = [self.profile(None)]
         for profile in found:
             try:
                 store = await self.store(profile)
             except NaviError:  # logged and kept as that profile's error state
                 continue
+            if remote:
+                # What was typed while the server was away goes first: the sessions ended
+                # below are then learned with it, and other machines see it now, not at the
+                # first retry.
+                await self.remote.keep_alive()
             try:
                 ending = await store.sessions_to_process(include_open=True)
             except NaviError as exc:  # a server not reachable yet: the retries catch up
