@@ -275,6 +275,33 @@ async def send_what_was_kept(home: Path, ollama_url: str, dsn: str, profile: str
         await again.shutdown(budget_s=5)
 
 
+async def test_a_server_frozen_before_the_first_turn_costs_the_turn_one_wait(
+    tmp_path, pg_dsn, monkeypatch
+):
+    """Connecting gives up (after the pool's 5 s) before ANSWER_S: that failure, a wait and
+    not a refusal, spares the turn's other calls too (each waited its own 5 s before)."""
+    from navi_desktop.memory.pg import buffered
+
+    monkeypatch.setattr(buffered.BufferedStore, "ANSWER_S", 30.0)
+    name = profile_name()
+    proxy = Proxy(pg_dsn)
+    await proxy.up()
+    proxy.flowing.clear()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
+        try:
+            turn = service.chat_send({"text": "typed while it hung"}, Peer())
+            assert (await asyncio.wait_for(turn, 9))["reply"] == "Noted."
+            listed = service.handlers()["memory.list"]({"args": [], "kwargs": {}}, Peer())
+            with pytest.raises(Exception) as caught:  # the inspector's read: no wait either
+                await asyncio.wait_for(listed, 1)
+            assert "not reachable" in str(caught.value)
+        finally:
+            proxy.flowing.set()
+            await service.shutdown(budget_s=2)
+            await proxy.down()
+
+
 async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
     tmp_path, pg_dsn, monkeypatch
 ):

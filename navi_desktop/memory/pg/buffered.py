@@ -49,6 +49,17 @@ def _waits_on_server(attr: Any) -> bool:
     return inspect.iscoroutinefunction(attr) or inspect.isasyncgenfunction(inspect.unwrap(attr))
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` came of waiting for the server (a connect or a statement past its
+    bound), rather than of a refusal, which costs no wait."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _message(row: Any) -> Message:
     # A negative id: provisional, until the server gives the message its own.
     meta = json.loads(row["meta"]) if row["meta"] else None
@@ -99,15 +110,15 @@ class BufferedStore:
         return self._store
 
     def __getattr__(self, name: str) -> Any:
-        if self._store is not None:
-            attr = getattr(self._store, name)
-            if self._silent() and _waits_on_server(attr):
-                # A turn's memory reads, a session end's claim: not one more wait on it.
-                return self._refusal if inspect.iscoroutinefunction(attr) else self._refused
-            return attr
-        attr = getattr(PgMemoryStore, name)  # AttributeError for what no store has
+        # AttributeError for what no store has; the class's own until the store is open.
+        attr = getattr(self._store if self._store is not None else PgMemoryStore, name)
+        if self._silent() and _waits_on_server(attr):
+            # A turn's memory reads, a session end's claim: not one more wait on it.
+            return self._refusal if inspect.iscoroutinefunction(attr) else self._refused
         if not inspect.iscoroutinefunction(attr):
-            raise StorageUnavailable(f"memory server not connected yet (for {name})")
+            if self._store is None:
+                raise StorageUnavailable(f"memory server not connected yet (for {name})")
+            return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
             return await self._call(name, *args, **kwargs)
@@ -292,6 +303,8 @@ class BufferedStore:
             result = await getattr(await self.server(), method)(*args, **kwargs)
         except StorageUnavailable as exc:
             self.away = str(exc)
+            if _timed_out(exc):  # a wait, not a refusal: the next calls are spared it
+                self._silent_until = time.monotonic() + self.SILENT_S
             raise
         self.away = None
         return result
