@@ -337,15 +337,34 @@ def _one_line(code: int, out: str, err: str) -> str:
     return err
 
 
-def test_migrate_to_a_file_that_fills_the_disk_leaves_no_file(cli, monkeypatch, pg_dsn, home):
-    from navi_desktop.memory import copy_sides
-    from navi_desktop.memory.failures import disk_full
-
+def _on_server_only(cli, monkeypatch, pg_dsn: str, home) -> str:
+    """A profile with one memory, copied to the server; NAVI_HOME then a fresh folder, so
+    the way back starts with no file."""
     monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
     profile = profile_name()
     assert cli("add", "editor", "vim", profile=profile)[0] == 0
     assert cli("migrate", "--to", "postgres", profile=profile)[0] == 0
     monkeypatch.setenv("NAVI_HOME", str(home / "elsewhere"))
+    return profile
+
+
+async def _cut_connection(db, pg_dsn: str) -> None:
+    """The server ends ``db``'s connection, as a server restart or a dropped link would."""
+    import asyncpg
+
+    pid = await db.scalar("SELECT pg_backend_pid()")
+    admin = await asyncpg.connect(pg_dsn)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
+    finally:
+        await admin.close()
+
+
+def test_migrate_to_a_file_that_fills_the_disk_leaves_no_file(cli, monkeypatch, pg_dsn, home):
+    from navi_desktop.memory import copy_sides
+    from navi_desktop.memory.failures import disk_full
+
+    profile = _on_server_only(cli, monkeypatch, pg_dsn, home)
 
     original = copy_sides.SqliteSide.insert
 
@@ -407,14 +426,7 @@ def test_migrate_when_the_server_goes_away_keeps_nothing(cli, monkeypatch, pg_ds
 
     async def gone(self, table, rows, **kw):  # the server ends this connection mid-copy
         if table == "memories":
-            import asyncpg
-
-            pid = await self.db.scalar("SELECT pg_backend_pid()")
-            admin = await asyncpg.connect(pg_dsn)
-            try:
-                assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
-            finally:
-                await admin.close()
+            await _cut_connection(self.db, pg_dsn)
         return await original(self, table, rows, **kw)
 
     monkeypatch.setattr(copy_server.PgSide, "insert", gone)
@@ -429,23 +441,12 @@ def test_migrate_when_the_server_goes_away_keeps_nothing(cli, monkeypatch, pg_ds
 def test_migrate_from_a_server_that_goes_away_leaves_no_file(cli, monkeypatch, pg_dsn, home):
     from navi_desktop.memory import copy_server
 
-    monkeypatch.setenv("NAVI_PG_DSN", pg_dsn)
-    profile = profile_name()
-    assert cli("add", "editor", "vim", profile=profile)[0] == 0
-    assert cli("migrate", "--to", "postgres", profile=profile)[0] == 0
-    monkeypatch.setenv("NAVI_HOME", str(home / "elsewhere"))
+    profile = _on_server_only(cli, monkeypatch, pg_dsn, home)
     original = copy_server.PgSide.fetchall
 
     async def gone(self, text, *args):  # the server ends this connection mid-read
         if "FROM memories" in text:
-            import asyncpg
-
-            pid = await self.db.scalar("SELECT pg_backend_pid()")
-            admin = await asyncpg.connect(pg_dsn)
-            try:
-                assert await admin.fetchval("SELECT pg_terminate_backend($1, 5000)", pid)
-            finally:
-                await admin.close()
+            await _cut_connection(self.db, pg_dsn)
         return await original(self, text, *args)
 
     monkeypatch.setattr(copy_server.PgSide, "fetchall", gone)

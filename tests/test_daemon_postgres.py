@@ -55,12 +55,14 @@ class Proxy:
         self.port = self.server.sockets[0].getsockname()[1]
 
     async def down(self) -> None:
-        assert self.server is not None
-        self.server.close()
+        if self.server is None:
+            return
+        server, self.server = self.server, None
+        server.close()
         for writer in list(self.links):
             writer.transport.abort()
         self.links.clear()
-        await self.server.wait_closed()
+        await server.wait_closed()
 
     async def _link(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.unix:
@@ -86,6 +88,17 @@ class Proxy:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
+@pytest.fixture
+async def proxy(pg_dsn):
+    """A proxy in front of the test server, up; after the test it answers again and is
+    closed, whatever the test did to it."""
+    link = Proxy(pg_dsn)
+    await link.up()
+    yield link
+    link.flowing.set()
+    await link.down()
+
+
 def server_service(
     home: Path, ollama_url: str, dsn: str, profile: str, sent: list, *, read_memory: bool = False
 ) -> Service:
@@ -103,6 +116,12 @@ def server_service(
         sent.append((topic, method, params))
 
     return QuickService(paths, settings, broadcast)
+
+
+async def on_server(dsn: str, profile: str, *session_ids: str) -> list[list[tuple[str, str]]]:
+    """Each session's messages as the server holds them: (role, content)."""
+    async with await PgMemoryStore.open(dsn, profile, create=False) as check:
+        return [[(m.role, m.content) for m in await check.messages(s)] for s in session_ids]
 
 
 async def _until(check, seconds: float = 10.0):
@@ -174,10 +193,8 @@ async def test_a_fact_learned_on_one_machine_reaches_the_other(tmp_path, pg_dsn)
             await b.shutdown(budget_s=5)
 
 
-async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg_dsn):
+async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg_dsn, proxy):
     name = profile_name()
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         sent: list = []
         service = server_service(tmp_path, fake.url, proxy.dsn, name, sent)
@@ -209,27 +226,24 @@ async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg
             assert (await service.status({}, Peer()))["profile_errors"] == {}
         finally:
             await service.shutdown(budget_s=5)
-            await proxy.down()
 
-    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
-        said = [(m.role, m.content) for m in await check.messages(sid)]
-        assert said == [
-            ("user", "before the outage"),
-            ("assistant", "Noted."),
-            ("user", "my locker code is 4711"),
-            ("assistant", "Noted."),
-        ]
-        later = [(m.role, m.content) for m in await check.messages(fresh["session_id"])]
-        assert later == [("user", "a new chat while away"), ("assistant", "Noted.")]
+    said, later = await on_server(pg_dsn, name, sid, fresh["session_id"])
+    assert said == [
+        ("user", "before the outage"),
+        ("assistant", "Noted."),
+        ("user", "my locker code is 4711"),
+        ("assistant", "Noted."),
+    ]
+    assert later == [("user", "a new chat while away"), ("assistant", "Noted.")]
 
 
-async def test_a_server_that_stops_answering_does_not_hang_a_turn(tmp_path, pg_dsn, monkeypatch):
+async def test_a_server_that_stops_answering_does_not_hang_a_turn(
+    tmp_path, pg_dsn, proxy, monkeypatch
+):
     from navi_desktop.memory.pg import buffered
 
     monkeypatch.setattr(buffered.BufferedStore, "ANSWER_S", 1.0)
     name = profile_name()
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
         try:
@@ -243,7 +257,8 @@ async def test_a_server_that_stops_answering_does_not_hang_a_turn(tmp_path, pg_d
                 5,
             )
             assert during["reply"] == "Noted."
-            assert len(buffered._ABANDONED) == 1  # one call given up on; the rest not tried
+            store = await service.store(name)
+            assert len(store.given_up) == 1  # one call given up on; the rest not tried
             status = await service.status({}, Peer())
             problem = status["profile_errors"][name]["message"]
             assert "did not answer" in problem and "\n" not in problem
@@ -254,15 +269,13 @@ async def test_a_server_that_stops_answering_does_not_hang_a_turn(tmp_path, pg_d
         finally:
             proxy.flowing.set()
             await service.shutdown(budget_s=5)
-            await proxy.down()
-    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
-        said = [(m.role, m.content) for m in await check.messages(sid)]
-        assert said == [
-            ("user", "before it hung"),
-            ("assistant", "Noted."),
-            ("user", "typed while it hung"),
-            ("assistant", "Noted."),
-        ]
+    [said] = await on_server(pg_dsn, name, sid)
+    assert said == [
+        ("user", "before it hung"),
+        ("assistant", "Noted."),
+        ("user", "typed while it hung"),
+        ("assistant", "Noted."),
+    ]
 
 
 async def send_what_was_kept(home: Path, ollama_url: str, dsn: str, profile: str) -> None:
@@ -276,7 +289,7 @@ async def send_what_was_kept(home: Path, ollama_url: str, dsn: str, profile: str
 
 
 async def test_a_server_frozen_before_the_first_turn_costs_the_turn_one_wait(
-    tmp_path, pg_dsn, monkeypatch
+    tmp_path, pg_dsn, proxy, monkeypatch
 ):
     """Connecting gives up (after the pool's 5 s) before ANSWER_S: that failure, a wait and
     not a refusal, spares the turn's other calls too (each waited its own 5 s before)."""
@@ -284,8 +297,6 @@ async def test_a_server_frozen_before_the_first_turn_costs_the_turn_one_wait(
 
     monkeypatch.setattr(buffered.BufferedStore, "ANSWER_S", 30.0)
     name = profile_name()
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     proxy.flowing.clear()
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
@@ -299,11 +310,10 @@ async def test_a_server_frozen_before_the_first_turn_costs_the_turn_one_wait(
         finally:
             proxy.flowing.set()
             await service.shutdown(budget_s=2)
-            await proxy.down()
 
 
 async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
-    tmp_path, pg_dsn, monkeypatch
+    tmp_path, pg_dsn, proxy, monkeypatch
 ):
     from navi_desktop.memory.pg import buffered, db, store
 
@@ -311,8 +321,6 @@ async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
     for module, name in ((db, "RELEASE_S"), (db, "CLOSE_S"), (store, "CLOSE_S")):
         monkeypatch.setattr(module, name, 1.0)
     name = profile_name()
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
         try:
@@ -332,48 +340,40 @@ async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
             await asyncio.wait_for(service.shutdown(budget_s=1), 15)
         finally:
             proxy.flowing.set()
-        try:
-            await send_what_was_kept(tmp_path, fake.url, proxy.dsn, name)
-        finally:
-            await proxy.down()
-    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
-        said = [m.content for m in await check.messages(sid)]
-        assert said == ["before it hung", "Noted.", "typed while it hung", "Noted."]
-        later = [m.content for m in await check.messages(fresh["session_id"])]
-        assert later == ["a new chat while it hung", "Noted."]
+        await send_what_was_kept(tmp_path, fake.url, proxy.dsn, name)
+    said, later = await on_server(pg_dsn, name, sid, fresh["session_id"])
+    assert [content for _, content in said] == [
+        "before it hung",
+        "Noted.",
+        "typed while it hung",
+        "Noted.",
+    ]
+    assert [content for _, content in later] == ["a new chat while it hung", "Noted."]
 
 
-async def test_a_statement_the_server_never_answers_fails_in_one_line(pg_dsn, monkeypatch):
+async def test_a_statement_the_server_never_answers_fails_in_one_line(proxy, monkeypatch):
     from navi_desktop.errors import StorageUnavailable
     from navi_desktop.memory.pg import db
 
     monkeypatch.setattr(db, "RELEASE_S", 1.0)
     monkeypatch.setattr(db, "CLOSE_S", 1.0)
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     pool = await db.PgDatabase.connect(proxy.dsn, query_s=1.0)
-    try:
-        async with pool.reading():
-            assert await pool.scalar("SELECT 1") == 1
-        proxy.flowing.clear()
+    async with pool.reading():
+        assert await pool.scalar("SELECT 1") == 1
+    proxy.flowing.clear()
 
-        async def frozen_read():
-            async with pool.transaction():  # its ROLLBACK waits on the server too
-                return await pool.scalar("SELECT 2")
+    async def frozen_read():
+        async with pool.transaction():  # its ROLLBACK waits on the server too
+            return await pool.scalar("SELECT 2")
 
-        with pytest.raises(StorageUnavailable) as caught:
-            await asyncio.wait_for(frozen_read(), 15)  # unbounded before: forever
-        assert "did not answer" in str(caught.value) and "\n" not in str(caught.value)
-        await asyncio.wait_for(pool.close(), 15)
-    finally:
-        proxy.flowing.set()
-        await proxy.down()
+    with pytest.raises(StorageUnavailable) as caught:
+        await asyncio.wait_for(frozen_read(), 15)  # unbounded before: forever
+    assert "did not answer" in str(caught.value) and "\n" not in str(caught.value)
+    await asyncio.wait_for(pool.close(), 15)
 
 
-async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, pg_dsn):
+async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, pg_dsn, proxy):
     name = profile_name()
-    proxy = Proxy(pg_dsn)
-    await proxy.up()
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
         await proxy.down()
@@ -382,13 +382,9 @@ async def test_an_outbox_left_by_a_stopped_daemon_is_sent_by_the_next(tmp_path, 
         finally:
             await service.shutdown(budget_s=2)
         await proxy.up()
-        try:
-            await send_what_was_kept(tmp_path, fake.url, proxy.dsn, name)
-        finally:
-            await proxy.down()
-    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
-        said = [m.content for m in await check.messages(kept["session_id"])]
-        assert said == ["typed while the server was down", "Noted."]
+        await send_what_was_kept(tmp_path, fake.url, proxy.dsn, name)
+    [said] = await on_server(pg_dsn, name, kept["session_id"])
+    assert [content for _, content in said] == ["typed while the server was down", "Noted."]
 
 
 async def test_no_server_named_is_one_line_with_the_fix(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -410,7 +410,7 @@ class Service(ChatMethods, SessionMethods):
         }
 
 
-async def _settle(tasks: set[asyncio.Task[Any]] | set[asyncio.Future[Any]]) -> None:
+async def _settle(tasks: Collection[asyncio.Future[Any]]) -> None:
     """Let cancelled tasks finish, for at most SETTLE_S; one still waiting is left to the
     event loop's own shutdown."""
     if tasks:

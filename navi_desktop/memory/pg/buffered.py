@@ -32,17 +32,6 @@ from navi_desktop.memory.pg.store import ROLES, PgMemoryStore
 log = logging.getLogger(__name__)
 
 
-# Calls given up on (see BufferedStore._answer), held until they end: a task nothing refers
-# to may be collected before it finishes.
-_ABANDONED: set[asyncio.Future[Any]] = set()
-
-
-def _abandoned(call: asyncio.Future[Any]) -> None:
-    _ABANDONED.discard(call)
-    if not call.cancelled() and call.exception() is not None:
-        log.debug("a call given up on ended with: %s", call.exception())
-
-
 def _waits_on_server(attr: Any) -> bool:
     """Whether calling ``attr`` asks the server: a coroutine method, or an async context
     manager's (``processing``, the session end's claim)."""
@@ -94,6 +83,9 @@ class BufferedStore:
         self._store: PgMemoryStore | None = None
         self.away: str | None = None  # why the server did not answer the last call, if not
         self._silent_until = 0.0  # monotonic time until which a silent server is not asked
+        # Calls given up on (see _answer), held until they end: a task nothing refers to may
+        # be collected before it finishes.
+        self.given_up: set[asyncio.Future[Any]] = set()
         self._opening = asyncio.Lock()
         self.outbox = outbox
         self._lock = asyncio.Lock()  # one replay at a time, and writes wait behind it
@@ -124,6 +116,11 @@ class BufferedStore:
             return await self._call(name, *args, **kwargs)
 
         return call
+
+    def _ended(self, call: asyncio.Future[Any]) -> None:
+        self.given_up.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            log.debug("a call given up on ended with: %s", call.exception())
 
     async def _refusal(self, *args: Any, **kwargs: Any) -> Any:
         raise StorageUnavailable(self.away or "memory server not answering")
@@ -329,8 +326,8 @@ class BufferedStore:
             result = call.result()
         else:
             call.cancel()
-            call.add_done_callback(_abandoned)
-            _ABANDONED.add(call)
+            self.given_up.add(call)
+            call.add_done_callback(self._ended)
             where = self._store.where if self._store is not None else "(connecting)"
             self.away = (
                 f"memory server {where} did not answer within {self.ANSWER_S:g} s: check that"

@@ -148,31 +148,31 @@ class PgDatabase:
     async def _acquire(self) -> AsyncIterator[Any]:
         import asyncpg
 
+        lost = (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)
         started = time.monotonic()
         try:
             conn = await self.pool.acquire(timeout=ACQUIRE_S)
-        except TimeoutError as exc:  # a new connection, or a busy pool's free one, too slow
-            waited = time.monotonic() - started
-            raise StorageUnavailable(
-                f"memory server {self.shown} did not answer within {waited:.0f} s: check that"
-                " it is running and reachable"
-            ) from exc
-        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
-            raise explain(exc, self.dsn) from exc
+        except lost as exc:  # a timeout: a new connection, or a busy pool's free one
+            raise self._lost(exc, f"within {time.monotonic() - started:.0f} s") from exc
         try:
             yield conn
-        except TimeoutError as exc:  # a statement past its bound (see QUERY_S)
-            raise StorageUnavailable(
-                f"memory server {self.shown} did not answer a statement in time: check that"
-                " it is running and reachable"
-            ) from exc
-        except (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError) as exc:
-            raise explain(exc, self.dsn) from exc
+        except lost as exc:  # a timeout: a statement past its bound (QUERY_S)
+            raise self._lost(exc, "a statement in time") from exc
         finally:
             try:
                 await self.pool.release(conn, timeout=RELEASE_S)
             except Exception as exc:  # asyncpg dropped the connection; the pool makes another
                 log.debug("a connection to %s dropped on release: %s", self.shown, exc)
+
+    def _lost(self, exc: BaseException, waited: str) -> StorageUnavailable:
+        """One line for a connection that failed (``explain``) or did not answer ``waited``
+        (TimeoutError, an OSError: said apart, since explain would call it unreachable)."""
+        if isinstance(exc, TimeoutError):
+            return StorageUnavailable(
+                f"memory server {self.shown} did not answer {waited}: check that it is"
+                " running and reachable"
+            )
+        return explain(exc, self.dsn)
 
     def _conn(self) -> Any:
         conn = self._current.get()
