@@ -72,6 +72,7 @@ from scale_data import (  # noqa: F401  (re-exported: other benchmarks import th
 
 from navi_desktop.memory import MemoryStore
 from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.hamming import scan_name
 from navi_desktop.memory.search_filters import make_filters
 from navi_desktop.memory.textproc import fts_terms
 
@@ -359,6 +360,7 @@ async def run(args: Any) -> dict:
         "cold_cache": args.cold,
         **{k: None if v is None else round(v, 1) for k, v in timings.items()},
         "embedder": f"{TopicEmbedder.model} (bag of random word vectors; query cost ~numpy sum)",
+        "scan": scan_name(args.memories),
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -401,6 +403,7 @@ def report(result: dict) -> str:
     lines += [
         f"largest: {top}",
         f"embedder: {result['embedder']}; load average {result['load_avg']}",
+        f"vector scan: {result['scan']}",
     ]
     return "\n".join(lines)
 

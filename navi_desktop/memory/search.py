@@ -61,9 +61,10 @@ class Tuning:
     depth: int = 100  # candidates taken from each signal
     # Vector candidates whose int8 copies are read for the cosine re-rank: ``rerank``, or this
     # share of the index when that is more. Near neighbours crowd closer as an index grows:
-    # at 1M memories the best 200 by the 1-bit codes held 84% of the exact top 10.
+    # at 1M memories the best 200 by the 1-bit codes held 84% of the exact top 10. (The
+    # shortlist these are picked from grows with the index too: vectors.SHORTLIST_SHARE.)
     rerank: int = 200
-    rerank_share: float = 0.0016
+    rerank_share: float = 0.001
     memory_columns: tuple[float, float] = (1.0, 0.5)  # text, evidence
     message_columns: tuple[float, float] = (1.0, 0.5)  # body, previous turn
     # Hits only the vector signal found: kept from this cosine up (None: the tuned value for

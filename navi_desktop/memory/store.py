@@ -6,6 +6,7 @@ maintenance); this module holds opening, sessions, messages and the index bookke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from navi_desktop.errors import DiskFull, InvalidInput, NotFound
+from navi_desktop.memory import hamming
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.db import Database, DbError
 from navi_desktop.memory.documents import memory_document, message_documents
@@ -361,6 +363,11 @@ class MemoryStore(
         group_concat keeps a blob's bytes as they are; extend_packed checks their length."""
         dim = await self.db.scalar("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,))
         index = BitIndex(model, dim or 0)
+        # An index large enough for the compiled scan gets it ready while its codes load
+        # (importing numba and loading its compiled code, or compiling it: 0.5-3 s).
+        top = await self.db.scalar("SELECT max(id) FROM embeddings")
+        large = (top or 0) >= hamming.KERNEL_MIN
+        warmed = asyncio.create_task(asyncio.to_thread(hamming.warm)) if large else None
         for owner, column in ((MEMORY, "memory_id"), (MESSAGE, "message_id")):
             last = 0
             while True:
@@ -380,4 +387,6 @@ class MemoryStore(
                     )
                     index.extend([r[0] for r in rows], [owner] * len(rows), [r[1] for r in rows])
                 last = top
+        if warmed is not None:
+            await warmed
         return index

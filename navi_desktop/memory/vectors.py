@@ -19,12 +19,15 @@ from functools import cached_property
 
 import numpy as np
 
+from navi_desktop.memory import hamming
+
 MEMORY, MESSAGE = 0, 1
-# The Hamming shortlist that the asymmetric score orders: 8x the candidates wanted, but only
-# 4x past 1,600 codes (at 1M codes, 8x cost ~3 ms more for recall@10 0.982 against 0.976).
+# The Hamming shortlist that the asymmetric score orders: 8x the candidates wanted, and at
+# least this share of the index. It is Hamming that loses true neighbours as an index grows,
+# not the asymmetric score: at 1M codes, a 10,000 shortlist ordered down to 1,000 candidates
+# kept more of the exact top 10 (0.977) than 6,400 down to 1,600 (0.973), 100 queries.
 ASYMMETRIC_SHORTLIST = 8
-LARGE_SHORTLIST = (1600, 4)
-HAMMING_BLOCK = 65536  # codes scanned at a time (see Codes._distances)
+SHORTLIST_SHARE = 0.01
 
 
 def sign_bits(vectors: np.ndarray) -> np.ndarray:
@@ -78,6 +81,13 @@ _BYTE_BITS = np.unpackbits(
 ).astype(np.float32)
 
 
+def _bit_sum_table(query: np.ndarray, width: int) -> np.ndarray:
+    """The query's partial sum for every byte value at every byte position: (width * 256,)."""
+    padded = np.zeros(width * 8, dtype=np.float32)
+    padded[: len(query)] = query
+    return np.einsum("vi,bi->bv", _BYTE_BITS, padded.reshape(width, 8)).ravel()
+
+
 def _set_bit_sums(codes: np.ndarray, query: np.ndarray) -> np.ndarray:
     """For each code (a row of bytes), the sum of the query's values where the code's bit is
     set: (q·sign + Σq) / 2, so the same order as q·sign.
@@ -86,11 +96,8 @@ def _set_bit_sums(codes: np.ndarray, query: np.ndarray) -> np.ndarray:
     unpacking the bits into a matrix product: BLAS was slower here, and its worker threads
     spun on the cores the search's other signals were using."""
     width = codes.shape[1]
-    padded = np.zeros(width * 8, dtype=np.float32)
-    padded[: len(query)] = query
-    table = np.einsum("vi,bi->bv", _BYTE_BITS, padded.reshape(width, 8)).ravel()
     offsets = np.arange(width, dtype=np.intp) * 256
-    return np.take(table, codes + offsets).sum(axis=1)
+    return np.take(_bit_sum_table(query, width), codes + offsets).sum(axis=1)
 
 
 @dataclass
@@ -215,60 +222,40 @@ class Codes:
         far better than Hamming, so fewer full vectors need reading for the exact re-rank.
         """
         if query is not None:
-            wanted = min(ASYMMETRIC_SHORTLIST * k, max(LARGE_SHORTLIST[0], LARGE_SHORTLIST[1] * k))
+            wanted = max(ASYMMETRIC_SHORTLIST * k, int(SHORTLIST_SHARE * len(self.ids)))
             shortlist = self._hamming(query_bits, wanted, owner)
             if len(shortlist) < wanted:  # a small index: re-rank it all
                 return self.ids[shortlist].tolist()
-            columns = self.codes[:, shortlist].T.copy().view(np.uint8)  # type: ignore[index]
-            best = np.argpartition(-_set_bit_sums(columns, query), k - 1)[:k]
+            best = np.argpartition(-self._shortlist_sums(shortlist, query), k - 1)[:k]
             return self.ids[shortlist[best]].tolist()
         return self.ids[self._hamming(query_bits, k, owner)].tolist()
+
+    def _shortlist_sums(self, shortlist: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """_set_bit_sums of the codes at ``shortlist`` (compiled when the scan is)."""
+        assert self.codes is not None
+        compiled = hamming.compiled(len(self.ids))
+        if compiled is None:
+            return _set_bit_sums(self.codes[:, shortlist].T.copy().view(np.uint8), query)
+        out = np.empty(len(shortlist), dtype=np.float32)
+        compiled.sums(self.codes, shortlist, _bit_sum_table(query, len(self.codes) * 8), out)
+        return out
 
     @cached_property
     def _owner_counts(self) -> np.ndarray:
         return np.bincount(self.owners, minlength=2)
 
     def _hamming(self, query_bits: bytes, k: int, owner: int | None) -> np.ndarray:
-        """Positions of the k codes nearest in Hamming distance."""
+        """Positions of the k codes nearest in Hamming distance, nearest first (hamming.py)."""
         if self.codes is None or len(self.ids) == 0:
             return np.zeros(0, dtype=np.int64)
-        q = np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
         n = len(self.ids)
-        other = None  # the codes of other owners, when there are any
+        mixed = owner is not None and int(self._owner_counts[owner]) < n
         if owner is not None:
             k = min(k, int(self._owner_counts[owner]))
-            if k < n and self._owner_counts[owner] < n:
-                other = self.owners != owner
         if k <= 0:
             return np.zeros(0, dtype=np.int64)
         if k >= n:
             return np.arange(n)
-        # int32 for the selection: argpartition is faster on it than on uint16, and it picks
-        # the same codes among equal distances as before the word-major layout. (Splitting the
-        # scan between two threads made a search no faster on two cores: the search's other
-        # signals need the second one.)
-        dist = np.empty(n, dtype=np.int32)
-        self._distances(q, dist)
-        if other is not None:
-            dist[other] = np.iinfo(np.int32).max
-        return np.argpartition(dist, k - 1)[:k]
-
-    def _distances(self, q: np.ndarray, dist: np.ndarray) -> None:
-        """Hamming distances of the codes to ``q``, into ``dist``. A block of codes at a time,
-        through buffers that stay in the CPU's cache: at 1M codes, whole-row temporaries made
-        the scan ~1.5x slower (~30 ms against ~20 ms)."""
-        assert self.codes is not None
-        n = len(dist)
-        size = min(n, HAMMING_BLOCK)
-        xor = np.empty(size, dtype=np.uint64)
-        ones = np.empty(size, dtype=np.uint8)
-        acc = np.empty(size, dtype=np.uint16)  # at most dim bits differ
-        for start in range(0, n, size):
-            stop = min(n, start + size)
-            x, o, a = xor[: stop - start], ones[: stop - start], acc[: stop - start]
-            a[:] = 0
-            for word, q_word in zip(self.codes, q, strict=True):
-                np.bitwise_xor(word[start:stop], q_word, out=x)
-                np.bitwise_count(x, out=o)
-                a += o
-            dist[start:stop] = a
+        q = np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
+        dist = hamming.distances(self.codes, q, self.owners, owner if mixed else None)
+        return hamming.nearest(dist, k)

@@ -1,0 +1,192 @@
+"""The coarse scan: numpy and the compiled scan (the fast extra, numba) must give the same
+distances, the same nearest codes and the same asymmetric scores; without numba, search
+falls back to numpy."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from navi_desktop.memory import NewMemory, hamming
+from navi_desktop.memory.hamming import EXCLUDED, nearest, numpy_distances
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.memory.vectors import (
+    MEMORY,
+    MESSAGE,
+    BitIndex,
+    _bit_sum_table,
+    _set_bit_sums,
+    sign_bits,
+)
+from tests.fakes import BagOfWordsEmbedder
+
+
+def _brute(codes: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Hamming distances the slow, obvious way: unpack every bit."""
+    rows = codes.T.copy().view(np.uint8)
+    bits = np.unpackbits(rows ^ q.view(np.uint8), axis=1)
+    return bits.sum(axis=1).astype(np.uint16)
+
+
+def _codes(n: int, words: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    codes = rng.integers(0, 2**64, size=(words, n), dtype=np.uint64, endpoint=False)
+    return codes, rng.integers(0, 2**64, size=words, dtype=np.uint64, endpoint=False)
+
+
+def _reference(dist: np.ndarray, k: int) -> np.ndarray:
+    """The k smallest, ties to the earlier position, excluded codes never."""
+    order = np.lexsort((np.arange(len(dist)), dist))
+    return order[dist[order] != EXCLUDED][:k]
+
+
+@pytest.mark.parametrize(("n", "words"), [(1, 12), (70_001, 12), (5_000, 2)])
+def test_numpy_distances_match_counting_every_bit(n, words):
+    codes, q = _codes(n, words, seed=n)
+    dist = np.empty(n, dtype=np.uint16)
+    numpy_distances(codes, q, dist)  # 70,001: a block boundary and a short last block
+    np.testing.assert_array_equal(dist, _brute(codes, q))
+
+
+def test_the_compiled_scan_gives_numpys_distances_for_every_owner():
+    compiled = hamming.kernels()
+    assert compiled is not None, "the test extra installs numba"
+    codes, q = _codes(50_003, 12, seed=1)
+    owners = (np.random.default_rng(2).random(50_003) < 0.3).astype(np.int8)
+    expected = _brute(codes, q)
+    for owner in (-1, MEMORY, MESSAGE):
+        dist = np.full(50_003, 7, dtype=np.uint16)  # whatever was there before is overwritten
+        compiled.distances(codes, q, owners, owner, dist)
+        wanted = expected.copy()
+        if owner >= 0:
+            wanted[owners != owner] = EXCLUDED
+        np.testing.assert_array_equal(dist, wanted)
+
+
+def test_the_compiled_scores_match_numpys():
+    compiled = hamming.kernels()
+    assert compiled is not None
+    rng = np.random.default_rng(4)
+    for dim in (768, 100):  # whole words, and codes padded to them
+        vectors = rng.standard_normal((3_000, dim)).astype(np.float32)
+        index = BitIndex("m", dim)
+        index.extend(list(range(3_000)), [MEMORY] * 3_000, list(sign_bits(vectors)))
+        codes = index.snapshot().codes
+        query = rng.standard_normal(dim).astype(np.float32)
+        positions = rng.permutation(3_000)[:700]
+        out = np.empty(700, dtype=np.float32)
+        compiled.sums(codes, positions, _bit_sum_table(query, len(codes) * 8), out)
+        expected = (vectors[positions] > 0).astype(np.float32) @ query
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
+        bytes_ = codes[:, positions].T.copy().view(np.uint8)
+        np.testing.assert_allclose(out, _set_bit_sums(bytes_, query), rtol=1e-4, atol=1e-3)
+
+
+def test_nearest_is_the_k_smallest_with_ties_to_the_earlier_code():
+    rng = np.random.default_rng(8)
+    # Few distinct distances: ties everywhere, which a partition would break at random.
+    dist = rng.integers(0, 12, size=40_000).astype(np.uint16)
+    dist[rng.random(40_000) < 0.4] = EXCLUDED
+    valid = int(np.count_nonzero(dist != EXCLUDED))
+    for k in (1, 10, 999, 6_400, valid):
+        np.testing.assert_array_equal(nearest(dist, k), _reference(dist, k))
+    assert len(nearest(dist, 0)) == 0
+
+
+def test_nearest_looks_again_when_the_sample_misjudges_the_distances():
+    # Every 16th code (the ones sampled) is near, every other one far: the sample's estimate
+    # holds only a sixteenth of what is wanted, and the search must widen until it is found.
+    dist = np.full(16_000, 500, dtype=np.uint16)
+    dist[::16] = 3
+    dist[5] = 2
+    found = nearest(dist, 3_000)
+    np.testing.assert_array_equal(found, _reference(dist, 3_000))
+    assert found[0] == 5 and len(found) == 3_000
+
+
+def test_a_large_index_finds_the_same_candidates_either_way(monkeypatch):
+    rng = np.random.default_rng(9)
+    vectors = rng.standard_normal((20_000, 768)).astype(np.float32)
+    owners = [MEMORY if i % 3 else MESSAGE for i in range(20_000)]
+    index = BitIndex("m", 768)
+    index.extend(list(range(1, 20_001)), owners, list(sign_bits(vectors)))
+    codes = index.snapshot()
+    query = vectors[7] + 0.1 * rng.standard_normal(768).astype(np.float32)
+    bits = sign_bits(query).tobytes()
+    monkeypatch.setattr(hamming, "KERNEL_MIN", 10**9)
+    assert hamming.compiled(len(codes)) is None
+    plain = [codes.candidates(bits, 50, owner, query) for owner in (MEMORY, MESSAGE, None)]
+    monkeypatch.setattr(hamming, "KERNEL_MIN", 1_000)
+    assert hamming.compiled(len(codes)) is not None
+    fast = [codes.candidates(bits, 50, owner, query) for owner in (MEMORY, MESSAGE, None)]
+    # The same candidates; float sums in another order may swap two with equal scores.
+    for a, b in zip(plain, fast, strict=True):
+        assert len(set(a) ^ set(b)) <= 2
+    assert 8 in fast[0] and all(owners[i - 1] == MESSAGE for i in fast[1])
+
+
+def test_without_numba_the_scan_is_numpys(monkeypatch):
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "numba", None)  # import numba now fails
+        hamming.kernels.cache_clear()
+        assert hamming.kernels() is None
+        assert hamming.scan_name(10**7).startswith("numpy (no numba")
+        codes, q = _codes(hamming.KERNEL_MIN, 2, seed=3)
+        owners = np.zeros(hamming.KERNEL_MIN, dtype=np.int8)
+        np.testing.assert_array_equal(hamming.distances(codes, q, owners, None), _brute(codes, q))
+        hamming.warm()  # nothing to warm, and no failure
+        assert hamming.compiled(10**7) is None
+    hamming.kernels.cache_clear()
+    assert hamming.scan_name(10**7).startswith("compiled (numba")
+
+
+def test_a_scan_that_fails_to_compile_leaves_numpy_scanning(monkeypatch, caplog):
+    def broken():
+        raise RuntimeError("LLVM says no")
+
+    fake = hamming.Kernels(distances=lambda *a: broken(), sums=lambda *a: broken())
+    monkeypatch.setattr(hamming, "kernels", lambda: fake)
+    monkeypatch.setattr(hamming, "_failed", False)
+    assert hamming.compiled(10**7) is fake
+    hamming.warm()
+    assert hamming.compiled(10**7) is None
+    assert "numpy scans instead: LLVM says no" in caplog.text
+    codes, q = _codes(hamming.KERNEL_MIN, 2, seed=5)
+    owners = np.zeros(hamming.KERNEL_MIN, dtype=np.int8)
+    np.testing.assert_array_equal(hamming.distances(codes, q, owners, None), _brute(codes, q))
+
+
+def test_the_numpy_scan_can_be_asked_for(monkeypatch):
+    monkeypatch.setenv("NAVI_NUMPY_SCAN", "1")
+    hamming.kernels.cache_clear()
+    try:
+        assert hamming.kernels() is None
+    finally:
+        hamming.kernels.cache_clear()
+
+
+async def test_a_large_profile_warms_the_compiled_scan_and_searches_alike(tmp_path, monkeypatch):
+    """A store whose index passes KERNEL_MIN warms the compiled scan while it loads, and its
+    searches find what the numpy scan finds."""
+    path = tmp_path / "memory.db"
+    embedder = BagOfWordsEmbedder("test/bow-128", 128)
+    facts = [
+        NewMemory(f"note {i} about garden {i % 11} and tools", key=f"k{i}") for i in range(300)
+    ]
+    warmed: list[bool] = []
+    monkeypatch.setattr(hamming, "warm", lambda: warmed.append(True))
+    async with await MemoryStore.open(path, embedder=embedder) as store:
+        await store.add_memories(facts)
+        await store.backfill_embeddings()
+    results = {}
+    for kernel_min in (10**9, 50):
+        monkeypatch.setattr(hamming, "KERNEL_MIN", kernel_min)
+        async with await MemoryStore.open(path, embedder=embedder) as store:
+            store.tuning = replace(store.tuning, rerank=20)  # a shortlist shorter than the index
+            hits = await store.search("garden 4 tools", limit=20)
+            results[kernel_min] = [hit.memory.id for hit in hits if hit.memory is not None]
+    assert warmed == [True]  # only the store past KERNEL_MIN
+    assert len(results[50]) == 20 and results[50] == results[10**9]
