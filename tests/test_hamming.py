@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from navi_desktop.memory import NewMemory, hamming
+from navi_desktop.memory.doctor import NOTE, examine
 from navi_desktop.memory.hamming import EXCLUDED, nearest, numpy_distances
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.memory.vectors import (
@@ -190,3 +191,23 @@ async def test_a_large_profile_warms_the_compiled_scan_and_searches_alike(tmp_pa
             results[kernel_min] = [hit.memory.id for hit in hits if hit.memory is not None]
     assert warmed == [True]  # only the store past KERNEL_MIN
     assert len(results[50]) == 20 and results[50] == results[10**9]
+
+
+async def test_doctor_suggests_the_fast_extra_only_for_a_large_profile_without_it(
+    tmp_path, monkeypatch
+):
+    path = tmp_path / "memory.db"
+    embedder = BagOfWordsEmbedder("test/bow-64", 64)
+    async with await MemoryStore.open(path, embedder=embedder) as store:
+        await store.add_memories([NewMemory(f"fact {i}", key=f"k{i}") for i in range(30)])
+        await store.backfill_embeddings()
+
+    def notes() -> list[str]:
+        return [f.fix or "" for f in examine(path).findings if f.level == NOTE]
+
+    monkeypatch.setattr(hamming, "KERNEL_MIN", 30)
+    assert not any("fast" in fix for fix in notes())  # numba is installed here
+    monkeypatch.setattr(hamming, "installed", lambda: False)
+    assert any("navi-desktop[fast]" in fix for fix in notes())
+    monkeypatch.setattr(hamming, "KERNEL_MIN", 31)  # 30 vectors: too few to matter
+    assert not any("fast" in fix for fix in notes())
