@@ -248,8 +248,8 @@ def _vectors(conn: sqlean.Connection, report: Report) -> None:
         report.add(
             "vectors",
             NOTE,
-            f"{largest:,} vectors of one model: the compiled scan would make vector search"
-            " about twice as fast",
+            f"{largest:,} vectors of one model: the compiled vector scan would make search"
+            " faster (1M memories: 52 → 33 ms at p50)",
             "install the `fast` extra (numba): pip install 'navi-desktop[fast]'",
         )
 
