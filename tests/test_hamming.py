@@ -150,14 +150,14 @@ def test_a_scan_that_fails_to_compile_leaves_numpy_scanning(monkeypatch, caplog)
 
     fake = hamming.Kernels(distances=lambda *a: broken(), sums=lambda *a: broken())
     monkeypatch.setattr(hamming, "kernels", lambda: fake)
+    monkeypatch.setattr(hamming, "_ready", False)
     monkeypatch.setattr(hamming, "_failed", False)
-    assert hamming.compiled(10**7) is fake
-    hamming.warm()
-    assert hamming.compiled(10**7) is None
+    assert hamming.compiled(10**7) is None  # tried once, on first use
     assert "numpy scans instead: LLVM says no" in caplog.text
     codes, q = _codes(hamming.KERNEL_MIN, 2, seed=5)
     owners = np.zeros(hamming.KERNEL_MIN, dtype=np.int8)
     np.testing.assert_array_equal(hamming.distances(codes, q, owners, None), _brute(codes, q))
+    assert caplog.text.count("LLVM says no") == 1  # not tried again
 
 
 def test_the_numpy_scan_can_be_asked_for(monkeypatch):
@@ -178,7 +178,9 @@ async def test_a_large_profile_warms_the_compiled_scan_and_searches_alike(tmp_pa
         NewMemory(f"note {i} about garden {i % 11} and tools", key=f"k{i}") for i in range(300)
     ]
     warmed: list[bool] = []
-    monkeypatch.setattr(hamming, "warm", lambda: warmed.append(True))
+    real_warm = hamming.warm
+    monkeypatch.setattr(hamming, "warm", lambda: (warmed.append(True), real_warm()))
+    monkeypatch.setattr(hamming, "_ready", False)
     async with await MemoryStore.open(path, embedder=embedder) as store:
         await store.add_memories(facts)
         await store.backfill_embeddings()
@@ -189,7 +191,8 @@ async def test_a_large_profile_warms_the_compiled_scan_and_searches_alike(tmp_pa
             store.tuning = replace(store.tuning, rerank=20)  # a shortlist shorter than the index
             hits = await store.search("garden 4 tools", limit=20)
             results[kernel_min] = [hit.memory.id for hit in hits if hit.memory is not None]
-    assert warmed == [True]  # only the store past KERNEL_MIN
+    assert warmed == [True]  # while the store past KERNEL_MIN loaded, and not again
+    assert hamming.compiled(300) is not None
     assert len(results[50]) == 20 and results[50] == results[10**9]
 
 
@@ -211,3 +214,21 @@ async def test_doctor_suggests_the_fast_extra_only_for_a_large_profile_without_i
     assert any("navi-desktop[fast]" in fix for fix in notes())
     monkeypatch.setattr(hamming, "KERNEL_MIN", 31)  # 30 vectors: too few to matter
     assert not any("fast" in fix for fix in notes())
+
+
+def test_with_nowhere_to_cache_the_scan_is_compiled_each_time(monkeypatch):
+    """A read-only install run by a user without a home: numba finds no place for its cache
+    and refuses cache=True; the scan is compiled without one (and still matches numpy)."""
+    import numba.core.caching
+
+    monkeypatch.setattr(numba.core.caching.CacheImpl, "_locator_classes", [])
+    hamming.kernels.cache_clear()
+    try:
+        fast = hamming.kernels()
+        assert fast is not None and type(fast.distances._cache).__name__ == "NullCache"
+        codes, q = _codes(3_001, 12, seed=6)
+        dist = np.empty(3_001, dtype=np.uint16)
+        fast.distances(codes, q, np.zeros(3_001, np.int8), -1, dist)
+        np.testing.assert_array_equal(dist, _brute(codes, q))
+    finally:
+        hamming.kernels.cache_clear()

@@ -82,42 +82,7 @@ def nearest(dist: np.ndarray, k: int) -> np.ndarray:
     return within[np.argsort(dist[within], kind="stable")[:k]]
 
 
-def compiled(codes: int) -> Kernels | None:
-    """The compiled functions for an index of ``codes`` codes, when it is large enough."""
-    return kernels() if codes >= KERNEL_MIN and not _failed else None
-
-
-_failed = False  # set when compiling failed: numpy scans from then on
-
-
-def warm() -> None:
-    """Import, load or compile the compiled functions now, with the argument types searches
-    give them, so that the first search does not wait. Never raises: a failure is logged and
-    numpy does the scans."""
-    global _failed
-    try:
-        fast = kernels()
-        if fast is None:
-            return
-        codes = np.zeros((2, 3), dtype=np.uint64)
-        q = np.frombuffer(bytes(16), dtype=np.uint64)  # read-only, as a query's code is
-        fast.distances(codes, q, np.zeros(3, np.int8), -1, np.empty(3, np.uint16))
-        table = np.zeros(2 * 8 * 256, dtype=np.float32)
-        fast.sums(codes, np.arange(2), table, np.empty(2, np.float32))
-    except Exception as exc:  # an LLVM or cache failure must not cost the vector search
-        _failed = True
-        log.warning("the compiled vector scan is unavailable, numpy scans instead: %s", exc)
-
-
-def scan_name(codes: int) -> str:
-    """Which scan an index of ``codes`` codes gets, for reports."""
-    if codes < KERNEL_MIN:
-        return f"numpy (under {KERNEL_MIN:,} codes)"
-    if kernels() is None:
-        return "numpy (no numba: the fast extra is not installed, or NAVI_NUMPY_SCAN=1)"
-    from importlib.metadata import version
-
-    return f"compiled (numba {version('numba')})"
+# -- the compiled scan (the fast extra) -----------------------------------------------------
 
 
 class Kernels(NamedTuple):
@@ -144,6 +109,51 @@ def kernels() -> Kernels | None:
         return Kernels(*(numba.njit(nogil=True, cache=True)(f) for f in (_scan, _sums)))
     except RuntimeError:  # nowhere to cache (a read-only install, no home): compile each time
         return Kernels(*(numba.njit(nogil=True)(f) for f in (_scan, _sums)))
+
+
+_ready = False  # warm() succeeded
+_failed = False  # warm() failed: numpy scans from then on
+
+
+def compiled(codes: int) -> Kernels | None:
+    """The compiled functions for an index of ``codes`` codes, when it is large enough. An
+    index that grew past KERNEL_MIN after loading gets them ready here, on first use."""
+    if codes < KERNEL_MIN:
+        return None
+    if not _ready and not _failed:
+        warm()
+    return kernels() if _ready else None
+
+
+def warm() -> None:
+    """Import, load or compile the compiled functions now, with the argument types searches
+    give them, so that the first search does not wait. Never raises: a failure is logged and
+    numpy does the scans."""
+    global _failed, _ready
+    try:
+        fast = kernels()
+        if fast is None:
+            return
+        codes = np.zeros((2, 3), dtype=np.uint64)
+        q = np.frombuffer(bytes(16), dtype=np.uint64)  # read-only, as a query's code is
+        fast.distances(codes, q, np.zeros(3, np.int8), -1, np.empty(3, np.uint16))
+        table = np.zeros(2 * 8 * 256, dtype=np.float32)
+        fast.sums(codes, np.arange(2), table, np.empty(2, np.float32))
+        _ready = True
+    except Exception as exc:  # an LLVM or cache failure must not cost the vector search
+        _failed = True
+        log.warning("the compiled vector scan is unavailable, numpy scans instead: %s", exc)
+
+
+def scan_name(codes: int) -> str:
+    """Which scan an index of ``codes`` codes gets, for reports."""
+    if codes < KERNEL_MIN:
+        return f"numpy (under {KERNEL_MIN:,} codes)"
+    if kernels() is None:
+        return "numpy (no numba: the fast extra is not installed, or NAVI_NUMPY_SCAN=1)"
+    from importlib.metadata import version
+
+    return f"compiled (numba {version('numba')})"
 
 
 def _scan(
