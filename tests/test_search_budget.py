@@ -3,6 +3,10 @@ is kept is the rarest (budgets made tiny so that a few memories stand for a mill
 
 from __future__ import annotations
 
+import math
+
+import pytest
+
 from navi_desktop.memory import MemoryStore, search
 
 
@@ -58,3 +62,35 @@ async def test_a_name_alone_ranks_its_newest_current_memories_first(tmp_path, mo
             )
             assert [h.id for h in ranked] == expected
             assert len({h.signals["entity"].score for h in ranked}) == 1
+
+
+async def test_names_past_the_link_budget_keep_the_rarest_with_its_whole_count(
+    tmp_path, monkeypatch
+):
+    """Links are counted only up to a cap (a common name's full count cost milliseconds of
+    every query at 1M memories). The rarest name is still the one kept, and its score is
+    the IDF of its whole count, not of the cap."""
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        for i in range(9):
+            await store.add_memory(f"Maria visited Museum{i}", key=f"maria {i}")
+        oskar = [
+            (await store.add_memory(f"Oskar played chess, game {i}", key=f"oskar {i}")).memory.id
+            for i in range(6)
+        ]
+        total = await store.db.scalar("SELECT count(*) FROM entity_links")
+        oskar_links = await store.db.scalar(
+            "SELECT count(*) FROM entity_links l JOIN entities e ON e.id = l.entity_id"
+            " WHERE e.norm = 'oskar'"
+        )
+        assert oskar_links == 6 and total > 15
+        monkeypatch.setattr(search, "ENTITY_LINK_BUDGET", 2)  # both names are past it
+        for raises in (2, 0):  # the cap raised until Oskar stands out, or left tied
+            monkeypatch.setattr(search, "COUNT_RAISES", raises)
+            found = await store.search("Maria Oskar", limit=50)
+            hits = [h for h in found if "entity" in h.signals]
+            scores = [h.signals["entity"].score for h in hits]
+            if raises:
+                assert sorted(h.id for h in hits) == sorted(oskar)
+                assert scores == pytest.approx([math.log(1 + total / 6)] * 6)
+            else:  # a tie at the cap goes to the first named; its count is still whole
+                assert scores == pytest.approx([math.log(1 + total / 9)] * 9)
