@@ -237,6 +237,15 @@ async def test_typing_goes_on_through_an_outage_and_nothing_is_lost(tmp_path, pg
     assert later == [("user", "a new chat while away"), ("assistant", "Noted.")]
 
 
+async def first_turn_then_freeze(service: Service, proxy, profile: str) -> str:
+    """A first turn while the server answers, with the profile's store and change feed open;
+    then the server stops answering (the proxy holds every byte). The session's id."""
+    first = await service.chat_send({"text": "before it hung"}, Peer())
+    await service.store(profile)
+    proxy.flowing.clear()
+    return first["session_id"]
+
+
 async def test_a_server_that_stops_answering_does_not_hang_a_turn(
     tmp_path, pg_dsn, proxy, monkeypatch
 ):
@@ -247,9 +256,7 @@ async def test_a_server_that_stops_answering_does_not_hang_a_turn(
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
         try:
-            first = await service.chat_send({"text": "before it hung"}, Peer())
-            sid = first["session_id"]
-            proxy.flowing.clear()
+            sid = await first_turn_then_freeze(service, proxy, name)
             # The turn waits for the server once, ANSWER_S: not once per call, and not for the
             # driver's clean-up of the cancelled query (a minute, through a frozen server).
             during = await asyncio.wait_for(
@@ -324,10 +331,7 @@ async def test_a_server_that_stops_answering_does_not_hold_up_the_daemons_stop(
     async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
         service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
         try:
-            first = await service.chat_send({"text": "before it hung"}, Peer())
-            sid = first["session_id"]
-            await service.store(name)  # its change feed is open too
-            proxy.flowing.clear()
+            sid = await first_turn_then_freeze(service, proxy, name)
             await service.chat_send({"text": "typed while it hung", "session_id": sid}, Peer())
             # A session ended now asks the server first (its claim): refused at once, and
             # left pending, rather than waiting on it (an end already under way when the

@@ -9,10 +9,10 @@ import asyncio
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlean
 
@@ -35,6 +35,7 @@ COUNT_RAISES = 2
 # Entity links the entity signal may sum per query; see _entity_weights.
 ENTITY_LINK_BUDGET = 2_000
 Key = tuple[str, int]  # ("memory" | "message", id)
+T = TypeVar("T")
 # The order the lists are fused in (float sums depend on it).
 FUSION_ORDER = ("entity", "vector", "bm25")
 Ranked = tuple[int, float]  # a signal's 1-based rank and raw score for one item
@@ -92,6 +93,23 @@ def _within_budget(counted: Sequence[tuple[int, Any]], budget: int) -> list[tupl
         kept.append((count, item))
         spent += count
     return kept
+
+
+def _counted_to_rarest(
+    items: Sequence[T], count: Callable[[T, int], int], budget: int
+) -> list[tuple[int, T]]:
+    """(count, item) for each item, counted up to a cap: past ``budget`` a count says only
+    "too many". When every item is past it, the rarest is still the one to keep, so the cap
+    is raised (4x at a time, COUNT_RAISES times) until one is under it: counted at the budget
+    alone, three common words tied, and the tie went to the commonest of them."""
+    cap = budget + 1
+    counts = [(count(item, cap), item) for item in items]
+    for _ in range(COUNT_RAISES):
+        if len(counts) < 2 or min(n for n, _ in counts) < cap:
+            break
+        cap *= 4
+        counts = [(count(item, cap), item) for item in items]
+    return counts
 
 
 class SearchOps(VectorSearchOps, HitOps):
@@ -223,19 +241,11 @@ class SearchOps(VectorSearchOps, HitOps):
     def _matches(
         self, conn: sqlean.Connection, fts: str, terms: list[str]
     ) -> list[tuple[int, str]]:
-        """Each term's matching rows, counted up to a cap: past the budget, a count says only
-        "too many". When every term is past it, the rarest is still the one to keep, so the
-        cap is raised (4x at a time, a few times) until one term is under it: counted at the
-        budget alone, three common words tied, and the tie went to the commonest of them."""
-        cap = BM25_ROW_BUDGET + 1
+        """Each term's matching rows, counted up to a cap (_counted_to_rarest)."""
         sql = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
-        counts = {term: conn.execute(sql, (term, cap)).fetchone()[0] for term in terms}
-        for _ in range(COUNT_RAISES):
-            if len(terms) < 2 or min(counts.values()) < cap:
-                break
-            cap *= 4
-            counts = {term: conn.execute(sql, (term, cap)).fetchone()[0] for term in terms}
-        return [(n, term) for term, n in counts.items()]
+        return _counted_to_rarest(
+            terms, lambda term, cap: conn.execute(sql, (term, cap)).fetchone()[0], BM25_ROW_BUDGET
+        )
 
     def _count(self, conn: sqlean.Connection, table: str) -> int:
         """Rows in ``table`` as ``conn`` sees them, counted again only when the file changed:
@@ -300,58 +310,50 @@ class SearchOps(VectorSearchOps, HitOps):
         if not grams:
             return {}
         marks = ",".join("?" * len(grams))
+        # Only entities something links to (a partial index each for memory and message
+        # links): an entity named but linked to nothing would count zero.
+        linked = (
+            "EXISTS (SELECT 1 FROM entity_links l WHERE l.entity_id = e.id AND l.{} IS NOT NULL)"
+        )
         named = [
             r[0]
             for r in conn.execute(
-                f"SELECT id FROM entities WHERE norm IN ({marks}) OR id IN"  # aliases name too
-                f" (SELECT entity_id FROM entity_aliases WHERE norm IN ({marks}))",
+                f"SELECT e.id FROM entities e WHERE (e.norm IN ({marks}) OR e.id IN"  # aliases too
+                f" (SELECT entity_id FROM entity_aliases WHERE norm IN ({marks})))"
+                f" AND ({linked.format('memory_id')} OR {linked.format('message_id')})",
                 [*grams, *grams],
             )
         ]
+        if not named:
+            return {}
         total = self._count(conn, "entity_links") or 1
-        if total <= ENTITY_LINK_BUDGET:  # a small profile: every count is within the cap
-            found = self._link_counts(conn, named, total + 1)
-        elif found := self._capped_link_counts(conn, named):
-            found = _within_budget(found, ENTITY_LINK_BUDGET)
-            # A kept entity counted only up to the cap (the rarest, when all were past the
-            # budget) gets its whole count: its weight is what is shown as its score.
-            top = ENTITY_LINK_BUDGET + 1
-            capped = [i for n, i in found if n >= top]
-            exact = {i: n for n, i in self._link_counts(conn, capped, None)}
-            found = [(exact.get(i, n), i) for n, i in found]
-        return {ident: math.log(1 + total / n) for n, ident in found if n > 0}
+        budget = ENTITY_LINK_BUDGET
+        if total <= budget:  # a small profile: every name kept, each counted whole
+            found = [(self._link_count(conn, i), i) for i in named]
+        else:
+            # Counted up to a cap: at 1M memories, counting a word like "project" in full
+            # (64,000 links) took 3-8 ms of every query naming it. A kept entity past the
+            # budget (the rarest, when all were) gets its whole count: its weight is shown
+            # as its score.
+            counted = _counted_to_rarest(named, partial(self._link_count, conn), budget)
+            found = [
+                (n if n <= budget else self._link_count(conn, i), i)
+                for n, i in _within_budget(counted, budget)
+            ]
+        return {ident: math.log(1 + total / n) for n, ident in found}
 
-    def _capped_link_counts(
-        self, conn: sqlean.Connection, named: list[int]
-    ) -> list[tuple[int, int]]:
-        """Each entity's links, counted up to a cap: past the budget a count says only "too
-        many". When every entity is past it the cap is raised (4x at a time, a few times) to
-        tell which is the rarest, as for BM25's words (_matches). At 1M memories, counting a
-        word like "project" in full (64,000 links) took 3-8 ms of every query naming it."""
-        cap = ENTITY_LINK_BUDGET + 1
-        counts = self._link_counts(conn, named, cap)
-        for _ in range(COUNT_RAISES):
-            if len(counts) < 2 or min(n for n, _ in counts) < cap:
-                break
-            cap *= 4
-            counts = self._link_counts(conn, named, cap)
-        return counts
-
-    def _link_counts(
-        self, conn: sqlean.Connection, named: list[int], cap: int | None
-    ) -> list[tuple[int, int]]:
-        """(links, entity id) of the ``named`` entities that have any, each side counted up to
-        ``cap`` (None: all). Counted as memory links + message links (a link is exactly one of
-        the two): entity_links has only the partial indexes on (entity_id, memory_id) and
-        (entity_id, message_id), and a plain join on entity_id scanned the whole table."""
+    def _link_count(self, conn: sqlean.Connection, entity: int, cap: int | None = None) -> int:
+        """An entity's links, each side counted up to ``cap`` (None: all). Memory links +
+        message links (a link is exactly one of the two): entity_links has only the partial
+        indexes on (entity_id, memory_id) and (entity_id, message_id), and a plain join on
+        entity_id scanned the whole table."""
         limit = -1 if cap is None else cap
         side = (
             "(SELECT count(*) FROM (SELECT 1 FROM entity_links l"
             " WHERE l.entity_id = ? AND l.{} IS NOT NULL LIMIT ?))"
         )
         sql = f"SELECT {side.format('memory_id')} + {side.format('message_id')}"
-        counts = [(conn.execute(sql, (i, limit, i, limit)).fetchone()[0], i) for i in named]
-        return [(n, i) for n, i in counts if n > 0]
+        return conn.execute(sql, (entity, limit, entity, limit)).fetchone()[0]
 
     def _fuse(
         self, signals: dict[str, list[tuple[Key, float]]]

@@ -357,17 +357,26 @@ class MemoryStore(
         return self._bits
 
     async def _load_bit_index(self, model: str) -> BitIndex:
-        """``model``'s codes from the file, each owner's a chunk at a time as two long values
-        (the codes back to back, the ids joined with commas), not a Python row per code:
-        rows made loading 1M codes take ~3 s. In a UTF-8 file, which Navi's are,
-        group_concat keeps a blob's bytes as they are; extend_packed checks their length."""
+        """``model``'s codes from the file (_load_codes)."""
         dim = await self.db.scalar("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,))
         index = BitIndex(model, dim or 0)
         # An index large enough for the compiled scan gets it ready while its codes load
         # (importing numba and loading its compiled code, or compiling it: 0.5-3 s).
-        top = await self.db.scalar("SELECT max(id) FROM embeddings")
-        large = (top or 0) >= hamming.KERNEL_MIN
+        highest = await self.db.scalar("SELECT max(id) FROM embeddings")
+        large = (highest or 0) >= hamming.KERNEL_MIN
         warmed = asyncio.create_task(asyncio.to_thread(hamming.warm)) if large else None
+        try:
+            await self._load_codes(index, model)
+        finally:  # not left running if loading failed
+            if warmed is not None:
+                await warmed
+        return index
+
+    async def _load_codes(self, index: BitIndex, model: str) -> None:
+        """Each owner's codes a chunk at a time as two long values (the codes back to back,
+        the ids joined with commas), not a Python row per code: rows made loading 1M codes
+        take ~3 s. In a UTF-8 file, which Navi's are, group_concat keeps a blob's bytes as
+        they are; extend_packed checks their length."""
         for owner, column in ((MEMORY, "memory_id"), (MESSAGE, "message_id")):
             last = 0
             while True:
@@ -387,6 +396,3 @@ class MemoryStore(
                     )
                     index.extend([r[0] for r in rows], [owner] * len(rows), [r[1] for r in rows])
                 last = top
-        if warmed is not None:
-            await warmed
-        return index
