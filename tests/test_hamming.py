@@ -4,8 +4,12 @@ falls back to numpy."""
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
 import sys
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -132,6 +136,7 @@ def test_a_large_index_finds_the_same_candidates_either_way(monkeypatch):
 def test_without_numba_the_scan_is_numpys(monkeypatch):
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "numba", None)  # import numba now fails
+        m.setattr(hamming, "_active", None)
         hamming.kernels.cache_clear()
         assert hamming.kernels() is None
         assert hamming.scan_name(10**7).startswith("numpy (no numba")
@@ -148,9 +153,13 @@ def test_a_scan_that_fails_to_compile_leaves_numpy_scanning(monkeypatch, caplog)
     def broken():
         raise RuntimeError("LLVM says no")
 
-    fake = hamming.Kernels(distances=lambda *a: broken(), sums=lambda *a: broken())
+    def failing(*args):
+        broken()
+
+    failing._cache = SimpleNamespace(flush=lambda: None)  # a dispatcher's cache, to drop
+    fake = hamming.Kernels(distances=failing, sums=failing)
     monkeypatch.setattr(hamming, "kernels", lambda: fake)
-    monkeypatch.setattr(hamming, "_ready", False)
+    monkeypatch.setattr(hamming, "_active", None)
     monkeypatch.setattr(hamming, "_failed", False)
     assert hamming.compiled(10**7) is None  # tried once, on first use
     assert "numpy scans instead: LLVM says no" in caplog.text
@@ -180,7 +189,7 @@ async def test_a_large_profile_warms_the_compiled_scan_and_searches_alike(tmp_pa
     warmed: list[bool] = []
     real_warm = hamming.warm
     monkeypatch.setattr(hamming, "warm", lambda: (warmed.append(True), real_warm()))
-    monkeypatch.setattr(hamming, "_ready", False)
+    monkeypatch.setattr(hamming, "_active", None)
     async with await MemoryStore.open(path, embedder=embedder) as store:
         await store.add_memories(facts)
         await store.backfill_embeddings()
@@ -230,5 +239,56 @@ def test_with_nowhere_to_cache_the_scan_is_compiled_each_time(monkeypatch):
         dist = np.empty(3_001, dtype=np.uint16)
         fast.distances(codes, q, np.zeros(3_001, np.int8), -1, dist)
         np.testing.assert_array_equal(dist, _brute(codes, q))
+    finally:
+        hamming.kernels.cache_clear()
+
+
+def test_a_damaged_cache_file_is_compiled_afresh(tmp_path):
+    """numba's cache files are unpickled on load: garbage in one (a disk error, a cut write)
+    made the compiled scan unavailable on every start. Its index is dropped and the code
+    compiled again, which writes a good cache for the next start. (Separate processes: a
+    process keeps what it loaded.)"""
+    script = (
+        "from navi_desktop.memory import hamming; hamming.warm();"
+        " print('ready' if hamming._active else 'failed')"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    env.pop("NAVI_NUMPY_SCAN", None)
+
+    def start() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120
+        )
+
+    assert start().stdout.strip() == "ready"
+    cached = list(tmp_path.rglob("*.nbc"))
+    assert cached
+    for path in cached:
+        path.write_bytes(b"\x80 not a pickle")
+    damaged = start()
+    assert damaged.stdout.strip() == "ready" and "unavailable" not in damaged.stderr
+    assert all(path.read_bytes() != b"\x80 not a pickle" for path in tmp_path.rglob("*.nbc"))
+    assert start().stdout.strip() == "ready"
+
+
+def test_a_cache_that_cannot_be_written_still_gives_the_compiled_scan(tmp_path, monkeypatch):
+    """A full disk where numba keeps its cache: the functions compile but their cache does
+    not save. They are compiled without a cache, at each start, and used."""
+    import numba.core.caching
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path))  # nothing cached there yet
+    monkeypatch.setattr(numba.core.caching.IndexDataCacheFile, "save", full)
+    monkeypatch.setattr(hamming, "_active", None)
+    monkeypatch.setattr(hamming, "_failed", False)
+    hamming.kernels.cache_clear()
+    try:
+        fast = hamming.compiled(10**7)
+        assert fast is not None and type(fast.distances._cache).__name__ == "NullCache"
+        codes, q = _codes(hamming.KERNEL_MIN, 12, seed=7)
+        owners = np.zeros(hamming.KERNEL_MIN, dtype=np.int8)
+        np.testing.assert_array_equal(hamming.distances(codes, q, owners, None), _brute(codes, q))
     finally:
         hamming.kernels.cache_clear()

@@ -102,16 +102,22 @@ def kernels() -> Kernels | None:
     if os.environ.get("NAVI_NUMPY_SCAN") == "1":
         return None
     try:
-        import numba
+        import numba  # noqa: F401
     except ImportError:
         return None
     try:
-        return Kernels(*(numba.njit(nogil=True, cache=True)(f) for f in (_scan, _sums)))
+        return _compile(cache=True)
     except RuntimeError:  # nowhere to cache (a read-only install, no home): compile each time
-        return Kernels(*(numba.njit(nogil=True)(f) for f in (_scan, _sums)))
+        return _compile(cache=False)
 
 
-_ready = False  # warm() succeeded
+def _compile(cache: bool) -> Kernels:
+    import numba
+
+    return Kernels(*(numba.njit(nogil=True, cache=cache)(f) for f in (_scan, _sums)))
+
+
+_active: Kernels | None = None  # the compiled functions warm() got working
 _failed = False  # warm() failed: numpy scans from then on
 
 
@@ -120,37 +126,61 @@ def compiled(codes: int) -> Kernels | None:
     index that grew past KERNEL_MIN after loading gets them ready here, on first use."""
     if codes < KERNEL_MIN:
         return None
-    if not _ready and not _failed:
+    if _active is None and not _failed:
         warm()
-    return kernels() if _ready else None
+    return _active
 
 
 def warm() -> None:
     """Import, load or compile the compiled functions now, with the argument types searches
     give them, so that the first search does not wait. Never raises: a failure is logged and
     numpy does the scans."""
-    global _failed, _ready
+    global _active, _failed
+    if _active is not None or _failed:
+        return
     try:
         fast = kernels()
-        if fast is None:
-            return
-        codes = np.zeros((2, 3), dtype=np.uint64)
-        q = np.frombuffer(bytes(16), dtype=np.uint64)  # read-only, as a query's code is
-        fast.distances(codes, q, np.zeros(3, np.int8), -1, np.empty(3, np.uint16))
-        table = np.zeros(2 * 8 * 256, dtype=np.float32)
-        fast.sums(codes, np.arange(2), table, np.empty(2, np.float32))
-        _ready = True
-    except Exception as exc:  # an LLVM or cache failure must not cost the vector search
+        if fast is not None:
+            _active = _working(fast)
+    except Exception as exc:  # an LLVM failure must not cost the vector search
         _failed = True
         log.warning("the compiled vector scan is unavailable, numpy scans instead: %s", exc)
+
+
+def _working(fast: Kernels) -> Kernels:
+    """``fast``, or what works in its place when numba's cache does not."""
+    try:
+        _exercise(fast)
+        return fast
+    except Exception:
+        # A damaged cache file (numba's, beside this module or in its cache folder) fails
+        # to load: drop the cache's index and compile afresh, which writes a good one.
+        for function in fast:
+            function._cache.flush()  # type: ignore[attr-defined]
+    try:
+        _exercise(fast)
+        return fast
+    except OSError:  # the cache cannot be written (a full disk): compiled at each start
+        uncached = _compile(cache=False)
+        _exercise(uncached)
+        return uncached
+
+
+def _exercise(fast: Kernels) -> None:
+    """Each compiled function called once, on tiny arrays of the types searches pass."""
+    codes = np.zeros((2, 3), dtype=np.uint64)
+    q = np.frombuffer(bytes(16), dtype=np.uint64)  # read-only, as a query's code is
+    fast.distances(codes, q, np.zeros(3, np.int8), -1, np.empty(3, np.uint16))
+    table = np.zeros(2 * 8 * 256, dtype=np.float32)
+    fast.sums(codes, np.arange(2), table, np.empty(2, np.float32))
 
 
 def scan_name(codes: int) -> str:
     """Which scan an index of ``codes`` codes gets, for reports."""
     if codes < KERNEL_MIN:
         return f"numpy (under {KERNEL_MIN:,} codes)"
-    if kernels() is None:
-        return "numpy (no numba: the fast extra is not installed, or NAVI_NUMPY_SCAN=1)"
+    if compiled(codes) is None:
+        return "numpy (no numba: the fast extra is not installed, NAVI_NUMPY_SCAN=1, or it failed)"
     from importlib.metadata import version
 
     return f"compiled (numba {version('numba')})"
