@@ -39,13 +39,14 @@ async def build(store: MemoryStore, messages: int, memories: int) -> None:
 
 
 async def main(args: argparse.Namespace) -> None:
-    import pgserver
-
+    from navi_desktop.cli.server import import_pgserver
     from navi_desktop.memory.pg import PgMemoryStore
 
     folder = Path(tempfile.mkdtemp(prefix="navi-copy-"))
     # A folder of its own: run as root, pgserver starts PostgreSQL as another user.
-    server = pgserver.get_server(tempfile.mkdtemp(prefix="navi-copy-pg-"), cleanup_mode="delete")
+    server = import_pgserver().get_server(
+        tempfile.mkdtemp(prefix="navi-copy-pg-"), cleanup_mode="delete"
+    )
     embedder = BagOfWordsEmbedder(dim=args.dim)
     try:
         async with await MemoryStore.open(folder / "source.db", embedder=embedder) as source:

@@ -149,9 +149,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="navi-server-bench-") as tmp:
         os.chmod(tmp, 0o755)  # pgserver run as root works as its own user in there
         if dsn is None:
-            import pgserver
+            from navi_desktop.cli.server import import_pgserver
 
-            server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+            server = import_pgserver().get_server(Path(tmp) / "pg", cleanup_mode="stop")
             dsn = server.get_uri()
         try:
             queries = synthetic_queries(args.queries, random.Random(SEED + 2), args.memories)

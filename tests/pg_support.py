@@ -16,9 +16,9 @@ def start_server(folder: str) -> tuple[str, object | None]:
     dsn = os.environ.get(TEST_DSN_ENV)
     if dsn:
         return dsn, None
-    import pgserver
+    from navi_desktop.cli.server import import_pgserver
 
-    server = pgserver.get_server(folder, cleanup_mode="stop")
+    server = import_pgserver().get_server(folder, cleanup_mode="stop")
     return server.get_uri(), server
 
 

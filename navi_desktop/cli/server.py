@@ -51,7 +51,7 @@ def _folder() -> Path:
     return paths.data / "server"
 
 
-def _pgserver() -> Any:
+def import_pgserver() -> Any:
     try:
         with warnings.catch_warnings():
             # pgserver asks platformdirs for a runtime folder at import; without
@@ -66,7 +66,7 @@ def _pgserver() -> Any:
 def cmd_server(args: argparse.Namespace) -> int:
     folder = _folder()
     if args.action == "start":
-        server = _pgserver().get_server(
+        server = import_pgserver().get_server(
             folder, cleanup_mode=None
         )  # keeps running after this command
         dsn = server.get_uri()
@@ -82,7 +82,9 @@ def cmd_server(args: argparse.Namespace) -> int:
     if not (folder / "postmaster.pid").exists():
         _report(args, "stopped", None, folder)
         return 0 if args.action == "stop" else 1
-    server = _pgserver().get_server(folder, cleanup_mode="stop" if args.action == "stop" else None)
+    server = import_pgserver().get_server(
+        folder, cleanup_mode="stop" if args.action == "stop" else None
+    )
     dsn = server.get_uri()
     if args.action == "stop":
         server.cleanup()

@@ -127,9 +127,8 @@ class RemoteProfiles:
         for handle in self._flushing.values():
             handle.cancel()
         self._flushing.clear()
-        for feed in list(self._feeds.values()):
-            await _close_quietly(feed)
-        self._feeds.clear()
+        feeds, self._feeds = list(self._feeds.values()), {}
+        await asyncio.gather(*(_close_quietly(feed) for feed in feeds))
         self._stores.clear()  # the service closes the stores themselves
 
 

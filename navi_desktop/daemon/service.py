@@ -314,10 +314,9 @@ class Service(ChatMethods, SessionMethods):
             task.cancel()
         await _settle(set(self._background))
         await self.ollama.aclose()
-        await self.remote.close()
-        for store in self._stores.values():
-            await store.close()
-        self._stores.clear()
+        # Side by side: with a server that stopped answering, each close waits out its bound.
+        stores, self._stores = list(self._stores.values()), {}
+        await asyncio.gather(self.remote.close(), *(store.close() for store in stores))
 
     # -- RPC methods -------------------------------------------------------------------------
 
