@@ -219,7 +219,9 @@ async def vector_recall(
     recalls = []
     for q, exact in zip(queries, truth, strict=True):
         vec = embedder.embed_sync([q])[0]
-        knn = partial(store._knn, await store._codes(vec), vec, filters)
+        codes = await store._codes(vec)
+        scanned = await store._scanned(codes, vec, filters)  # as search does
+        knn = partial(store._knn, codes, vec, filters, scanned)
         got = {key[1] for key, _ in (await store.db.read(knn))[:K]}
         recalls.append(len(exact & got) / K)
     return float(np.mean(recalls))

@@ -24,6 +24,8 @@ from navi_desktop.memory.vectors import (
     BitIndex,
     _bit_sum_table,
     _set_bit_sums,
+    cosines,
+    int8_codes,
     sign_bits,
 )
 from tests.fakes import BagOfWordsEmbedder
@@ -64,7 +66,8 @@ def test_the_compiled_scan_gives_numpys_distances_for_every_owner():
     expected = _brute(codes, q)
     for owner in (-1, MEMORY, MESSAGE):
         dist = np.full(50_003, 7, dtype=np.uint16)  # whatever was there before is overwritten
-        compiled.distances(codes, q, owners, owner, dist)
+        for start, stop in hamming.parts(50_003, 3):  # in parts, as threads scan them
+            compiled.distances(codes, q, owners, owner, dist, start, stop)
         wanted = expected.copy()
         if owner >= 0:
             wanted[owners != owner] = EXCLUDED
@@ -88,6 +91,22 @@ def test_the_compiled_scores_match_numpys():
         np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-3)
         bytes_ = codes[:, positions].T.copy().view(np.uint8)
         np.testing.assert_allclose(out, _set_bit_sums(bytes_, query), rtol=1e-4, atol=1e-3)
+
+
+def test_the_compiled_cosines_match_numpys_and_a_bad_copy_still_ranks_last():
+    compiled = hamming.kernels()
+    assert compiled is not None
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((1_000, 768)).astype(np.float32)
+    stored = [code.tobytes() for code in int8_codes(vectors)]
+    stored[3], stored[9] = bytes(768), b"short"  # a row of zeros, a damaged row's copy
+    query = rng.standard_normal(768).astype(np.float32)
+    fast = cosines(query, stored, compiled)
+    np.testing.assert_allclose(fast, cosines(query, stored), atol=1e-6)
+    assert fast[3] == 0.0 and fast[9] == -2.0
+    exact = vectors @ query / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(query))
+    others = [i for i in range(1_000) if i not in (3, 9)]
+    np.testing.assert_allclose(fast[others], exact[others], atol=2e-3)  # int8's rounding
 
 
 def test_nearest_is_the_k_smallest_with_ties_to_the_earlier_code():
@@ -157,7 +176,7 @@ def test_a_scan_that_fails_to_compile_leaves_numpy_scanning(monkeypatch, caplog)
         broken()
 
     failing._cache = SimpleNamespace(flush=lambda: None)  # a dispatcher's cache, to drop
-    fake = hamming.Kernels(distances=failing, sums=failing)
+    fake = hamming.Kernels(distances=failing, sums=failing, cosines=failing)
     monkeypatch.setattr(hamming, "kernels", lambda: fake)
     monkeypatch.setattr(hamming, "_active", None)
     monkeypatch.setattr(hamming, "_failed", False)
@@ -237,7 +256,7 @@ def test_with_nowhere_to_cache_the_scan_is_compiled_each_time(monkeypatch):
         assert fast is not None and type(fast.distances._cache).__name__ == "NullCache"
         codes, q = _codes(3_001, 12, seed=6)
         dist = np.empty(3_001, dtype=np.uint16)
-        fast.distances(codes, q, np.zeros(3_001, np.int8), -1, dist)
+        fast.distances(codes, q, np.zeros(3_001, np.int8), -1, dist, 0, 3_001)
         np.testing.assert_array_equal(dist, _brute(codes, q))
     finally:
         hamming.kernels.cache_clear()
@@ -292,3 +311,44 @@ def test_a_cache_that_cannot_be_written_still_gives_the_compiled_scan(tmp_path, 
         np.testing.assert_array_equal(hamming.distances(codes, q, owners, None), _brute(codes, q))
     finally:
         hamming.kernels.cache_clear()
+
+
+def test_parts_cover_every_code_once_in_whole_blocks():
+    for n, count in ((1_000_000, 2), (1_000, 3), (1, 2), (64, 4), (0, 2)):
+        found = hamming.parts(n, count)
+        assert [i for start, stop in found for i in range(start, stop)] == list(range(n))
+        assert len(found) <= count and all(start % 64 == 0 for start, _ in found)
+
+
+async def test_a_scan_split_across_the_read_threads_finds_the_same(tmp_path, monkeypatch):
+    """Past SPLIT_MIN the scan runs in parts on every read thread before the other signals,
+    once for memories and messages together; searches find what one whole scan finds."""
+    from navi_desktop.memory import vector_search
+
+    embedder = BagOfWordsEmbedder("test/bow-128", 128)
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path, embedder=embedder) as store:
+        await store.add_memories(
+            [NewMemory(f"note {i} about garden {i % 7} and tools", key=f"k{i}") for i in range(150)]
+        )
+        session = await store.create_session("chat")
+        for i in range(150):
+            await store.save_message(session.id, "user", f"the garden {i % 5} needs tools {i}")
+        await store.backfill_embeddings()
+    scans: list[tuple[int, int]] = []
+    real_scan = hamming.scan_part
+    monkeypatch.setattr(hamming, "scan_part", lambda *a: (scans.append(a[-2:]), real_scan(*a))[1])
+    found = {}
+    for split_min in (10**9, 1):
+        monkeypatch.setattr(vector_search, "SPLIT_MIN", split_min)
+        async with await MemoryStore.open(path, embedder=embedder) as store:
+            store.tuning = replace(store.tuning, rerank=20)  # a shortlist shorter than the index
+            for kinds in (None, ["message"], ["fact", "message"]):
+                scans.clear()
+                hits = await store.search("garden 4 tools", limit=30, kinds=kinds)
+                found[split_min, str(kinds)] = [(h.kind, h.id, h.score) for h in hits]
+                if split_min == 1:  # one scan, in parts: both owners' codes at once
+                    assert sorted(scans) == hamming.parts(300, store.db._readers.SIZE)
+    for kinds in (None, ["message"], ["fact", "message"]):
+        assert len(found[1, str(kinds)]) >= 10
+        assert found[1, str(kinds)] == found[10**9, str(kinds)]

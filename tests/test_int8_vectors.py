@@ -121,7 +121,7 @@ async def test_the_store_keeps_int8_copies_and_the_vector_signal_ranks_by_them(t
         recalls = []
         for question in QUESTIONS:
             query = (await embedder.embed([question], query=True))[0]
-            knn = partial(store._knn, await store._codes(query), query, filters)
+            knn = partial(store._knn, await store._codes(query), query, filters, None)
             hits = await store.db.read(knn)
             exact = dict(zip(ids.tolist(), (floats @ query).tolist(), strict=True))
             for (_, memory_id), cosine in hits:  # the cosine each hit reports is the float's
@@ -248,7 +248,7 @@ async def test_forgetting_removes_the_vector_row_its_code_and_its_bytes(tmp_path
         filters = make_filters(None, None, None, None, None, False)
 
         async def nearest() -> list[int]:
-            knn = partial(store._knn, await store._codes(query), query, filters)
+            knn = partial(store._knn, await store._codes(query), query, filters, None)
             return [key[1] for key, _ in await store.db.read(knn)]
 
         assert (await nearest())[0] == target.id

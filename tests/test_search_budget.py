@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from navi_desktop.memory import MemoryStore, search
+from navi_desktop.memory import MemoryStore, match_counts, search
 
 
 async def test_the_rarest_of_several_common_words_is_the_one_scored(tmp_path, monkeypatch):
@@ -85,7 +85,7 @@ async def test_names_past_the_link_budget_keep_the_rarest_with_its_whole_count(
         assert oskar_links == 6 and total > 15
         monkeypatch.setattr(search, "ENTITY_LINK_BUDGET", 2)  # both names are past it
         for raises in (2, 0):  # the cap raised until Oskar stands out, or left tied
-            monkeypatch.setattr(search, "COUNT_RAISES", raises)
+            monkeypatch.setattr(match_counts, "COUNT_RAISES", raises)
             found = await store.search("Maria Oskar", limit=50)
             hits = [h for h in found if "entity" in h.signals]
             scores = [h.signals["entity"].score for h in hits]

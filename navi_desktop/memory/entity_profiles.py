@@ -320,4 +320,6 @@ class EntityOps:
                 await self.db.execute(
                     "UPDATE entities SET type = ? WHERE id = ?", (gone["type"], keep["id"])
                 )
+            # Links moved without the table shrinking: search's kept counts would not see it.
+            self._match_counts.drop("entity_links")
             return await self._profile(await self._entity_row(keep["name"]), PROFILE_LIMIT)

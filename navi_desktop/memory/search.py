@@ -9,7 +9,7 @@ import asyncio
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlean
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.match_counts import WHOLE, MatchCounts, counted_to_rarest, within_budget
 from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
 from navi_desktop.memory.search_hits import HitOps
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 # Rows BM25 may score per query (scoring costs ~2-3 µs a row on a quiet 2-core VM).
 BM25_ROW_BUDGET = 3_000
-# Times the count cap is raised to tell which of several common terms is the rarest
-# (see _matches): up to 16x the budget.
-COUNT_RAISES = 2
 # Entity links the entity signal may sum per query; see _entity_weights.
 ENTITY_LINK_BUDGET = 2_000
 Key = tuple[str, int]  # ("memory" | "message", id)
@@ -82,40 +80,11 @@ def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
     return [((kind, row[0]), float(row[1])) for row in rows]
 
 
-def _within_budget(counted: Sequence[tuple[int, Any]], budget: int) -> list[tuple[int, Any]]:
-    """The (count, item) pairs kept, rarest first, while their counts sum within ``budget``;
-    the rarest is always kept."""
-    ordered = sorted(counted)
-    kept, spent = ordered[:1], ordered[0][0]
-    for count, item in ordered[1:]:
-        if spent + count > budget:
-            break
-        kept.append((count, item))
-        spent += count
-    return kept
-
-
-def _counted_to_rarest(
-    items: Sequence[T], count: Callable[[T, int], int], budget: int
-) -> list[tuple[int, T]]:
-    """(count, item) for each item, counted up to a cap: past ``budget`` a count says only
-    "too many". When every item is past it, the rarest is still the one to keep, so the cap
-    is raised (4x at a time, COUNT_RAISES times) until one is under it: counted at the budget
-    alone, three common words tied, and the tie went to the commonest of them."""
-    cap = budget + 1
-    counts = [(count(item, cap), item) for item in items]
-    for _ in range(COUNT_RAISES):
-        if len(counts) < 2 or min(n for n, _ in counts) < cap:
-            break
-        cap *= 4
-        counts = [(count(item, cap), item) for item in items]
-    return counts
-
-
 class SearchOps(VectorSearchOps, HitOps):
     tuning: Tuning = Tuning()
     # (connection, table) -> ((data_version, total_changes), rows), see _count
     _counts: dict[tuple[sqlean.Connection, str], tuple[tuple[int, int], int]]
+    _match_counts: MatchCounts
 
     async def search(
         self: MemoryStore,
@@ -139,11 +108,12 @@ class SearchOps(VectorSearchOps, HitOps):
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
         vector = await self._query_vector(query)
         codes = await self._codes(vector)
-        # The signals run side by side, each on a read connection (Database.read), the
-        # costliest first: BM25 on a large profile.
+        # A large index's vector scan first, on every read thread; then the signals side by
+        # side, each on a read connection (Database.read), the costliest first.
         work = {"bm25": partial(self._bm25, query, filters)}
         if codes is not None:
-            work["vector"] = partial(self._knn, codes, vector, filters)
+            scanned = await self._scanned(codes, vector, filters)
+            work["vector"] = partial(self._knn, codes, vector, filters, scanned)
         work["entity"] = partial(self._entities, query, filters)
         ranked = await asyncio.gather(*(self.db.read(w) for w in work.values()))
         found = dict(zip(work, ranked, strict=True))
@@ -231,21 +201,28 @@ class SearchOps(VectorSearchOps, HitOps):
         Also says whether the terms kept match more rows than the budget (the rarest alone
         does): then only the newest of them are scored. At 1M memories a common word left
         alone matched 190,000 rows, and scoring them all took half a second."""
-        if self._count(conn, table) <= BM25_ROW_BUDGET:
+        rows = self._count(conn, table)
+        if rows <= BM25_ROW_BUDGET:
             return terms, False
-        counts = self._matches(conn, fts, terms)
-        kept = {term for _, term in _within_budget(counts, BM25_ROW_BUDGET)}
+        counts = self._matches(conn, fts, rows, terms)
+        kept = {term for _, term in within_budget(counts, BM25_ROW_BUDGET)}
         bounded = sum(n for n, term in counts if term in kept) > BM25_ROW_BUDGET
         return [t for t in terms if t in kept], bounded  # in the query's order
 
     def _matches(
-        self, conn: sqlean.Connection, fts: str, terms: list[str]
+        self: MemoryStore, conn: sqlean.Connection, fts: str, rows: int, terms: list[str]
     ) -> list[tuple[int, str]]:
-        """Each term's matching rows, counted up to a cap (_counted_to_rarest)."""
+        """Each term's matching rows (of ``rows``), counted up to a cap, or kept from an
+        earlier search (match_counts.py)."""
         sql = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
-        return _counted_to_rarest(
-            terms, lambda term, cap: conn.execute(sql, (term, cap)).fetchone()[0], BM25_ROW_BUDGET
-        )
+
+        def count(term: str, cap: int) -> int:
+            def counter(cap: int) -> int:
+                return conn.execute(sql, (term, cap)).fetchone()[0]
+
+            return self._match_counts.count(fts, term, rows, cap, counter)
+
+        return counted_to_rarest(terms, count, BM25_ROW_BUDGET)
 
     def _count(self, conn: sqlean.Connection, table: str) -> int:
         """Rows in ``table`` as ``conn`` sees them, counted again only when the file changed:
@@ -335,19 +312,28 @@ class SearchOps(VectorSearchOps, HitOps):
             # (64,000 links) took 3-8 ms of every query naming it. A kept entity past the
             # budget (the rarest, when all were) gets its whole count: its weight is shown
             # as its score.
-            counted = _counted_to_rarest(named, partial(self._link_count, conn), budget)
+            count = partial(self._kept_link_count, conn, total)
+            counted = counted_to_rarest(named, count, budget)
             found = [
-                (n if n <= budget else self._link_count(conn, i), i)
-                for n, i in _within_budget(counted, budget)
+                (n if n <= budget else count(i, WHOLE), i)
+                for n, i in within_budget(counted, budget)
             ]
         return {ident: math.log(1 + total / n) for n, ident in found}
 
-    def _link_count(self, conn: sqlean.Connection, entity: int, cap: int | None = None) -> int:
-        """An entity's links, each side counted up to ``cap`` (None: all). Memory links +
-        message links (a link is exactly one of the two): entity_links has only the partial
-        indexes on (entity_id, memory_id) and (entity_id, message_id), and a plain join on
-        entity_id scanned the whole table."""
-        limit = -1 if cap is None else cap
+    def _kept_link_count(
+        self: MemoryStore, conn: sqlean.Connection, links: int, entity: int, cap: int
+    ) -> int:
+        """_link_count, or kept from an earlier search while entity_links (``links`` rows)
+        has not changed much (match_counts.py)."""
+        counter = partial(self._link_count, conn, entity)
+        return self._match_counts.count("entity_links", entity, links, cap, counter)
+
+    def _link_count(self, conn: sqlean.Connection, entity: int, cap: int = WHOLE) -> int:
+        """An entity's links, each side counted up to ``cap``. Memory links + message links
+        (a link is exactly one of the two): entity_links has only the partial indexes on
+        (entity_id, memory_id) and (entity_id, message_id), and a plain join on entity_id
+        scanned the whole table."""
+        limit = -1 if cap == WHOLE else cap
         side = (
             "(SELECT count(*) FROM (SELECT 1 FROM entity_links l"
             " WHERE l.entity_id = ? AND l.{} IS NOT NULL LIMIT ?))"

@@ -31,6 +31,7 @@ from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.maintenance import MaintenanceOps
+from navi_desktop.memory.match_counts import MatchCounts
 from navi_desktop.memory.migrations import check_schema, migrate
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.search import SearchOps
@@ -68,6 +69,7 @@ class MemoryStore(
         self._bits: BitIndex | None = None
         self._bits_version: int | None = None
         self._counts = {}
+        self._match_counts = MatchCounts()
 
     @classmethod
     async def open(

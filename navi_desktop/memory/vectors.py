@@ -58,20 +58,31 @@ def int8_from_float32(blobs: Sequence[bytes]) -> list[bytes]:
     return out
 
 
-def cosines(query: np.ndarray, stored: list[bytes]) -> np.ndarray:
+def cosines(
+    query: np.ndarray, stored: list[bytes], fast: hamming.Kernels | None = None
+) -> np.ndarray:
     """The cosine of the float ``query`` with each stored int8 copy (a code of the wrong
-    length, which a damaged row could hold, gets -2: below any cosine)."""
+    length, which a damaged row could hold, gets -2: below any cosine). ``fast``: the
+    compiled functions, for a large index (hamming.compiled)."""
     dim = len(query)
     out = np.full(len(stored), -2.0, dtype=np.float32)
     fine = [i for i, blob in enumerate(stored) if len(blob) == dim]
-    if fine:
-        raw = b"".join(stored[i] for i in fine)
-        codes = np.frombuffer(raw, dtype=np.int8).reshape(len(fine), dim).astype(np.float32)
-        norms = np.sqrt(np.einsum("ij,ij->i", codes, codes)) * float(np.linalg.norm(query))
-        norms[norms == 0] = 1.0
-        # einsum, not a BLAS product: BLAS's threads would spin on the cores the other
-        # signals use (see _set_bit_sums).
-        out[fine] = np.einsum("ij,j->i", codes, np.asarray(query, dtype=np.float32)) / norms
+    if not fine:
+        return out
+    raw = b"".join(stored[i] for i in fine)
+    codes = np.frombuffer(raw, dtype=np.int8).reshape(len(fine), dim)
+    query = np.asarray(query, dtype=np.float32)
+    if fast is not None:
+        found = np.empty(len(fine), dtype=np.float32)
+        fast.cosines(codes, query, found)
+        out[fine] = found
+        return out
+    floats = codes.astype(np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", floats, floats)) * float(np.linalg.norm(query))
+    norms[norms == 0] = 1.0
+    # einsum, not a BLAS product: BLAS's threads would spin on the cores the other
+    # signals use (see _set_bit_sums).
+    out[fine] = np.einsum("ij,j->i", floats, query) / norms
     return out
 
 
@@ -212,7 +223,12 @@ class Codes:
         return len(self.ids)
 
     def candidates(
-        self, query_bits: bytes, k: int, owner: int | None = None, query: np.ndarray | None = None
+        self,
+        query_bits: bytes,
+        k: int,
+        owner: int | None = None,
+        query: np.ndarray | None = None,
+        scanned: Scanned | None = None,
     ) -> list[int]:
         """Embedding ids of the k codes nearest the query (optionally one owner type).
 
@@ -220,15 +236,16 @@ class Codes:
         shortlist is re-scored by the dot product of the query with each code's signs
         (asymmetric distance: only the stored side is quantised), which orders candidates
         far better than Hamming, so fewer full vectors need reading for the exact re-rank.
+        ``scanned``: the query's distances, when scanned already (vector_search._scanned).
         """
         if query is not None:
             wanted = max(ASYMMETRIC_SHORTLIST * k, int(SHORTLIST_SHARE * len(self.ids)))
-            shortlist = self._hamming(query_bits, wanted, owner)
+            shortlist = self._hamming(query_bits, wanted, owner, scanned)
             if len(shortlist) < wanted:  # a small index: re-rank it all
                 return self.ids[shortlist].tolist()
             best = np.argpartition(-self._shortlist_sums(shortlist, query), k - 1)[:k]
             return self.ids[shortlist[best]].tolist()
-        return self.ids[self._hamming(query_bits, k, owner)].tolist()
+        return self.ids[self._hamming(query_bits, k, owner, scanned)].tolist()
 
     def _shortlist_sums(self, shortlist: np.ndarray, query: np.ndarray) -> np.ndarray:
         """_set_bit_sums of the codes at ``shortlist`` (compiled when the scan is)."""
@@ -244,18 +261,53 @@ class Codes:
     def _owner_counts(self) -> np.ndarray:
         return np.bincount(self.owners, minlength=2)
 
-    def _hamming(self, query_bits: bytes, k: int, owner: int | None) -> np.ndarray:
+    def _hamming(
+        self, query_bits: bytes, k: int, owner: int | None, scanned: Scanned | None = None
+    ) -> np.ndarray:
         """Positions of the k codes nearest in Hamming distance, nearest first (hamming.py)."""
         if self.codes is None or len(self.ids) == 0:
             return np.zeros(0, dtype=np.int64)
         n = len(self.ids)
-        mixed = owner is not None and int(self._owner_counts[owner]) < n
+        mixed = self._mixed(owner)
         if owner is not None:
             k = min(k, int(self._owner_counts[owner]))
         if k <= 0:
             return np.zeros(0, dtype=np.int64)
         if k >= n:
             return np.arange(n)
-        q = np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
-        dist = hamming.distances(self.codes, q, self.owners, owner if mixed else None)
+        if scanned is None:
+            q = self.query_words(query_bits)
+            dist = hamming.distances(self.codes, q, self.owners, owner if mixed else None)
+        elif mixed and scanned.owner != owner:  # scanned for every owner: mark the others
+            dist = np.where(self.owners == owner, scanned.dist, hamming.EXCLUDED)
+        else:
+            dist = scanned.dist
         return hamming.nearest(dist, k)
+
+    def _mixed(self, owner: int | None) -> bool:
+        """Whether some codes are another owner's than ``owner``."""
+        return owner is not None and int(self._owner_counts[owner]) < len(self.ids)
+
+    def query_words(self, query_bits: bytes) -> np.ndarray:
+        """The query's sign bits as the codes' 64-bit words."""
+        assert self.codes is not None
+        return np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
+
+    def scan_part(self, query: np.ndarray, owner: int | None, dist: np.ndarray, part: Part) -> None:
+        """Distances of the codes in ``part`` to ``query`` (query_words) into ``dist``: other
+        owners' codes marked only when there are some (see _hamming)."""
+        assert self.codes is not None
+        owner = owner if self._mixed(owner) else None
+        hamming.scan_part(self.codes, query, self.owners, owner, dist, *part)
+
+
+Part = tuple[int, int]  # (start, stop) of codes
+
+
+@dataclass(frozen=True)
+class Scanned:
+    """A query's Hamming distance to every code (Codes.scan_part, part by part), with other
+    owners' codes EXCLUDED when ``owner`` is set."""
+
+    dist: np.ndarray
+    owner: int | None

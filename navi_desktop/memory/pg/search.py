@@ -14,17 +14,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.match_counts import COUNT_RAISES, within_budget
 from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.pg.db import numbered
 from navi_desktop.memory.pg.vector_search import PgVectorSearchOps
 from navi_desktop.memory.search import (
     BM25_ROW_BUDGET,
-    COUNT_RAISES,
     ENTITY_LINK_BUDGET,
     FUSION_ORDER,
     Key,
     SearchOps,
-    _within_budget,
 )
 from navi_desktop.memory.search_filters import MEMORIES, Filters, make_filters
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
@@ -158,7 +157,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
             cap *= 4
         if not counts:
             return []
-        kept = {term for _, term in _within_budget(counts, BM25_ROW_BUDGET)}
+        kept = {term for _, term in within_budget(counts, BM25_ROW_BUDGET)}
         return [t for t in terms if t in kept]
 
     async def _pg_substrings(
@@ -210,7 +209,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         total = await self.db.recent_count("SELECT count(*) FROM entity_links") or 1
         found = [(int(r["n"]), int(r["id"])) for r in named]
         if total > ENTITY_LINK_BUDGET:  # the rarest names, as on the SQLite side
-            found = _within_budget(found, ENTITY_LINK_BUDGET)
+            found = within_budget(found, ENTITY_LINK_BUDGET)
         ids = [ident for _, ident in found]
         weights = [math.log(1 + total / n) for n, _ in found]
         hits: list[tuple[Key, float]] = []
