@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import sqlean
 
@@ -33,7 +33,6 @@ BM25_ROW_BUDGET = 3_000
 # Entity links the entity signal may sum per query; see _entity_weights.
 ENTITY_LINK_BUDGET = 2_000
 Key = tuple[str, int]  # ("memory" | "message", id)
-T = TypeVar("T")
 # The order the lists are fused in (float sums depend on it).
 FUSION_ORDER = ("entity", "vector", "bm25")
 Ranked = tuple[int, float]  # a signal's 1-based rank and raw score for one item
@@ -217,8 +216,8 @@ class SearchOps(VectorSearchOps, HitOps):
         sql = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
 
         def count(term: str, cap: int) -> int:
-            def counter(cap: int) -> int:
-                return conn.execute(sql, (term, cap)).fetchone()[0]
+            def counter(limit: int) -> int:
+                return conn.execute(sql, (term, limit)).fetchone()[0]
 
             return self._match_counts.count(fts, term, rows, cap, counter)
 
