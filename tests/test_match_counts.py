@@ -52,19 +52,23 @@ def test_deleted_rows_drop_every_count_kept_for_that_table_only():
     counts.count("links", 12, 900, 3_001, Counter(9))
     again = Counter(6)
     assert counts.count("fts", "tea", 499, 3_001, again) == 6 and again.asked == 1
-    assert ("fts", "secret") not in counts._kept  # a forgotten word is not kept
+    assert len(counts) == 2  # "secret" and "tea" dropped, "tea" counted again
     assert ("links", 12) in counts._kept
     counts.drop("links")
     assert len(counts) == 1
 
 
-def test_the_least_recently_used_counts_go_first():
+def test_the_least_recently_used_counts_go_first_and_no_word_is_kept_readable():
     counts = MatchCounts(size=2)
     for word in ("a", "b"):
         counts.count("fts", word, 100, 10, Counter(1))
     counts.count("fts", "a", 100, 10, Counter(1))  # "a" used again
     counts.count("fts", "c", 100, 10, Counter(1))
-    assert sorted(k[1] for k in counts._kept) == ["a", "c"]
+    assert [counts._sealed(w) for w in ("a", "c")] == [k[1] for k in counts._kept]
+    assert not any(word in repr(counts._kept) for word in ("'a'", "'b'", "'c'"))
+    b = Counter(1)
+    counts.count("fts", "b", 100, 10, b)
+    assert b.asked == 1  # "b" was dropped
 
 
 async def test_search_counts_common_words_once_until_rows_are_forgotten(tmp_path, monkeypatch):

@@ -12,6 +12,8 @@ forgotten outlives the next search.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import sys
 import threading
 from collections import OrderedDict
@@ -63,8 +65,11 @@ class MatchCounts:
 
     def __init__(self, size: int = SIZE) -> None:
         self._size = size
-        # (table, item) -> (the table's rows then, the cap counted to, the count)
+        # (table, item) -> (the table's rows then, the cap counted to, the count). A word is
+        # kept as a keyed hash: what someone searched for (incognito too) is not held in
+        # readable form for as long as its count is.
         self._kept: OrderedDict[tuple[str, object], tuple[int, int, int]] = OrderedDict()
+        self._salt = secrets.token_bytes(16)
         self._rows: dict[str, int] = {}  # each table's rows when last seen
         self._lock = threading.Lock()
 
@@ -86,7 +91,7 @@ class MatchCounts:
         """``counter(cap)``: the rows of ``table`` (now ``rows`` of them) that ``item``
         matches, counted up to ``cap`` (WHOLE: all); or the count kept from an earlier call
         when it still answers that."""
-        key = (table, item)
+        key = (table, self._sealed(item))
         with self._lock:
             if rows < self._rows.get(table, 0):  # rows were deleted
                 self._drop(table)
@@ -105,3 +110,8 @@ class MatchCounts:
             while len(self._kept) > self._size:
                 self._kept.popitem(last=False)
         return found
+
+    def _sealed(self, item: object) -> object:
+        if isinstance(item, str):
+            return hashlib.blake2b(item.encode(), key=self._salt, digest_size=16).digest()
+        return item  # an entity's id
