@@ -249,7 +249,7 @@ def _vectors(conn: sqlean.Connection, report: Report) -> None:
             "vectors",
             NOTE,
             f"{largest:,} vectors of one model: the compiled vector scan would make search"
-            " faster (1M memories: 52 → 33 ms at p50)",
+            " faster (1M memories: 53 → 38 ms at p50)",
             "install the `fast` extra (numba): pip install 'navi-desktop[fast]'",
         )
 
