@@ -79,6 +79,10 @@ def _ranked(rows: Sequence[Any], kind: str) -> list[tuple[Key, float]]:
     return [((kind, row[0]), float(row[1])) for row in rows]
 
 
+def _count_rows(conn: sqlean.Connection, sql: str, term: str, limit: int) -> int:
+    return conn.execute(sql, (term, limit)).fetchone()[0]
+
+
 class SearchOps(VectorSearchOps, HitOps):
     tuning: Tuning = Tuning()
     # (connection, table) -> ((data_version, total_changes), rows), see _count
@@ -216,9 +220,7 @@ class SearchOps(VectorSearchOps, HitOps):
         sql = f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?)"
 
         def count(term: str, cap: int) -> int:
-            def counter(limit: int) -> int:
-                return conn.execute(sql, (term, limit)).fetchone()[0]
-
+            counter = partial(_count_rows, conn, sql, term)
             return self._match_counts.count(fts, term, rows, cap, counter)
 
         return counted_to_rarest(terms, count, BM25_ROW_BUDGET)

@@ -71,7 +71,7 @@ def cosines(
         return out
     raw = b"".join(stored[i] for i in fine)
     codes = np.frombuffer(raw, dtype=np.int8).reshape(len(fine), dim)
-    query = np.asarray(query, dtype=np.float32)
+    query = np.ascontiguousarray(query, dtype=np.float32)  # the type the kernel was built for
     if fast is not None:
         found = np.empty(len(fine), dtype=np.float32)
         fast.cosines(codes, query, found)
@@ -275,14 +275,18 @@ class Codes:
             return np.zeros(0, dtype=np.int64)
         if k >= n:
             return np.arange(n)
-        if scanned is None:
-            q = self.query_words(query_bits)
-            dist = hamming.distances(self.codes, q, self.owners, owner if mixed else None)
-        elif mixed and scanned.owner != owner:  # scanned for every owner: mark the others
-            dist = np.where(self.owners == owner, scanned.dist, hamming.EXCLUDED)
-        else:
-            dist = scanned.dist
+        if scanned is None:  # a small index: scanned here, on this thread
+            scanned = self.scan(query_bits, owner)
+        dist = scanned.dist
+        if mixed and scanned.owner != owner:  # scanned for every owner: mark the others
+            dist = np.where(self.owners == owner, dist, hamming.EXCLUDED)
         return hamming.nearest(dist, k)
+
+    def scan(self, query_bits: bytes, owner: int | None) -> Scanned:
+        """The query's distances to every code, on this thread (see scan_part)."""
+        assert self.codes is not None
+        q, mine = self.query_words(query_bits), owner if self._mixed(owner) else None
+        return Scanned(hamming.distances(self.codes, q, self.owners, mine), owner)
 
     def _mixed(self, owner: int | None) -> bool:
         """Whether some codes are another owner's than ``owner``."""
@@ -294,8 +298,8 @@ class Codes:
         return np.frombuffer(query_bits.ljust(len(self.codes) * 8, b"\0"), dtype=np.uint64)
 
     def scan_part(self, query: np.ndarray, owner: int | None, dist: np.ndarray, part: Part) -> None:
-        """Distances of the codes in ``part`` to ``query`` (query_words) into ``dist``: other
-        owners' codes marked only when there are some (see _hamming)."""
+        """scan() of the codes in ``part`` only, into ``dist``: parts can be scanned on
+        several threads at once (vector_search._scanned)."""
         assert self.codes is not None
         owner = owner if self._mixed(owner) else None
         hamming.scan_part(self.codes, query, self.owners, owner, dist, *part)
