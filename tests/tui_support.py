@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from textual.css.query import NoMatches
 
 from navi_desktop.daemon.client import DaemonClient
 from navi_desktop.daemon.main import serve, socket_path
@@ -100,10 +105,19 @@ async def until(pilot: Any, condition: Callable[[], Any], timeout: float = 10.0)
     """Let the app run until ``condition()`` holds (the daemon answers on its own time)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not condition():
+    while not _holds(condition):
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {condition}")
         await pilot.pause(0.05)
+
+
+def _holds(condition: Callable[[], Any]) -> bool:
+    """``condition()``, where a widget or row it looks at not being there yet (the app
+    rebuilds them as the daemon's answers arrive) is "not yet" rather than an error."""
+    try:
+        return bool(condition())
+    except (LookupError, NoMatches):  # IndexError, KeyError; a query that found none
+        return False
 
 
 def fake_ollama(port: int = 0) -> FakeOllama:
@@ -115,15 +129,30 @@ def threaded_fake_ollama(port: int = SNAPSHOT_PORT) -> ThreadedFakeOllama:
 
 
 @contextlib.contextmanager
+def port_held(port: int) -> Iterator[None]:
+    """Hold ``port`` for this test alone: tests run in several processes (pytest-xdist), and
+    two snapshot tests of one module, or two test runs, would otherwise both bind it. The
+    lock is the kernel's, so it goes with a process that dies."""
+    path = Path(tempfile.gettempdir()) / f"navi-tests-{os.getuid()}-port-{port}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
 def snapshot_daemon(root: Path, port: int | None) -> Iterator[ThreadedDaemon]:
     """For snapshots: the fake Ollama on a fixed port (the status line shows the host) and a
     daemon using it, both in threads. ``port=None``: Ollama down (nothing listens on 9)."""
-    fake = threaded_fake_ollama(port).start() if port else None
-    daemon = ThreadedDaemon(make_home(root, fake.url if fake else DEAD_HOST)).start()
-    daemon.fake = fake
-    try:
-        yield daemon
-    finally:
-        daemon.stop()
-        if fake is not None:
-            fake.stop()
+    with port_held(port) if port else contextlib.nullcontext():
+        fake = threaded_fake_ollama(port).start() if port else None
+        daemon = ThreadedDaemon(make_home(root, fake.url if fake else DEAD_HOST)).start()
+        daemon.fake = fake
+        try:
+            yield daemon
+        finally:
+            daemon.stop()
+            if fake is not None:
+                fake.stop()
