@@ -33,7 +33,10 @@ from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPl
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.pg.store import PgMemoryStore
     from navi_desktop.memory.store import MemoryStore
+
+    Store = MemoryStore | PgMemoryStore
 
 log = logging.getLogger(__name__)
 SCOPES = ("everywhere", "evidence")
@@ -111,21 +114,83 @@ def preview_of(
     )
 
 
-class ForgetOps(ScrubOps):
-    # -- tombstones ----------------------------------------------------------------------------
+class ForgetReads:
+    """What both backends answer alike from their own queries (_tombstoned,
+    _forgotten_phrase, _row, _older_versions, _plan_scrub): the tombstones' key and hashes,
+    whether a text was forgotten, and what a forget would match and touch."""
 
-    async def _tomb_key(self: MemoryStore) -> bytes:
+    async def _tomb_key(self: Store) -> bytes:
         return bytes.fromhex(
             await self.db.scalar("SELECT value FROM meta WHERE key = 'tombstone_key'")
         )
 
-    async def _tomb_hashes(self: MemoryStore, kind: str, norm_key: str | None, value: str):
+    async def _tomb_hashes(
+        self: Store, kind: str, norm_key: str | None, value: str
+    ) -> tuple[str, str]:
         secret = await self._tomb_key()
         value_hash = keyed_hash(secret, f"{kind}\x1f{value}")
         fact_hash = (
             keyed_hash(secret, f"{kind}\x1f{norm_key}\x1f{value}") if norm_key else value_hash
         )
         return fact_hash, value_hash
+
+    async def is_forgotten(
+        self: Store,
+        value: str,
+        *,
+        subject: str | None = None,
+        key: str | None = None,
+        kind: str = "fact",
+    ) -> bool:
+        """Whether this memory was forgotten before, or contains a phrase forgotten everywhere
+        (extraction, tools and imports must not bring it back)."""
+        norm_key = normalize_key(subject, key) if key else None
+        async with self.db.reading():
+            return await self._tombstoned(kind, norm_key, value) or await self._forgotten_phrase(
+                [value]
+            )
+
+    async def contains_forgotten(self: Store, texts: Iterable[str | None]) -> bool:
+        """Whether any of these texts contains a phrase forgotten everywhere."""
+        async with self.db.reading():
+            return await self._forgotten_phrase(list(texts))
+
+    async def without_forgotten(self: Store, text: str | None) -> str | None:
+        """``text`` less its sentences that state something forgotten everywhere (a summary of
+        a later conversation must not learn it back); None when nothing is left."""
+        if not text:
+            return text
+        kept = [s for s in SENTENCE.split(text) if s.strip()]
+        async with self.db.reading():
+            kept = [s for s in kept if not await self._forgotten_phrase([s])]
+        return " ".join(s.strip() for s in kept) or None
+
+    async def _chain(self: Store, memory_id: int) -> list[Any]:
+        # The versions this one replaced are the same memory (each once, even if an imported
+        # file linked them in a loop).
+        rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
+        return list({r["id"]: r for r in rows}.values())
+
+    async def forget_needles(self: Store, memory_id: int, scope: str = "everywhere") -> list[str]:
+        """The texts a forget in ``scope`` matches (normalised): for scrubbing files outside
+        the database, such as logs, the same way."""
+        _check_scope(scope)
+        async with self.db.reading():
+            return list(_needles(await self._chain(memory_id), scope)[0].needles)
+
+    async def forget_preview(self: Store, memory_id: int) -> ForgetPreview:
+        """Where else the memory's value and evidence occur, for each scope; changes nothing."""
+        async with self.db.reading():
+            chain = await self._chain(memory_id)
+            ids = {r["id"] for r in chain}
+            wide, same = _needles(chain, "everywhere")
+            everywhere = await self._plan_scrub(wide, ids, same, samples=5)
+            narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
+        return preview_of(memory_id, chain, wide, everywhere, narrow)
+
+
+class ForgetOps(ForgetReads, ScrubOps):
+    # -- tombstones ----------------------------------------------------------------------------
 
     async def _tombstoned(self: MemoryStore, kind: str, norm_key: str | None, value: str) -> bool:
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
@@ -181,63 +246,7 @@ class ForgetOps(ScrubOps):
             (keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),),
         )
 
-    async def is_forgotten(
-        self: MemoryStore,
-        value: str,
-        *,
-        subject: str | None = None,
-        key: str | None = None,
-        kind: str = "fact",
-    ) -> bool:
-        """Whether this memory was forgotten before, or contains a phrase forgotten everywhere
-        (extraction, tools and imports must not bring it back)."""
-        norm_key = normalize_key(subject, key) if key else None
-        async with self.db.reading():
-            return await self._tombstoned(kind, norm_key, value) or await self._forgotten_phrase(
-                [value]
-            )
-
-    async def contains_forgotten(self: MemoryStore, texts: Iterable[str | None]) -> bool:
-        """Whether any of these texts contains a phrase forgotten everywhere."""
-        async with self.db.reading():
-            return await self._forgotten_phrase(list(texts))
-
-    async def without_forgotten(self: MemoryStore, text: str | None) -> str | None:
-        """``text`` less its sentences that state something forgotten everywhere (a summary of
-        a later conversation must not learn it back); None when nothing is left."""
-        if not text:
-            return text
-        kept = [s for s in SENTENCE.split(text) if s.strip()]
-        async with self.db.reading():
-            kept = [s for s in kept if not await self._forgotten_phrase([s])]
-        return " ".join(s.strip() for s in kept) or None
-
     # -- forget --------------------------------------------------------------------------------
-
-    async def _chain(self: MemoryStore, memory_id: int) -> list[Any]:
-        # The versions this one replaced are the same memory (each once, even if an imported
-        # file linked them in a loop).
-        rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
-        return list({r["id"]: r for r in rows}.values())
-
-    async def forget_needles(
-        self: MemoryStore, memory_id: int, scope: str = "everywhere"
-    ) -> list[str]:
-        """The texts a forget in ``scope`` matches (normalised): for scrubbing files outside
-        the database, such as logs, the same way."""
-        _check_scope(scope)
-        async with self.db.reading():
-            return list(_needles(await self._chain(memory_id), scope)[0].needles)
-
-    async def forget_preview(self: MemoryStore, memory_id: int) -> ForgetPreview:
-        """Where else the memory's value and evidence occur, for each scope; changes nothing."""
-        async with self.db.reading():
-            chain = await self._chain(memory_id)
-            ids = {r["id"] for r in chain}
-            wide, same = _needles(chain, "everywhere")
-            everywhere = await self._plan_scrub(wide, ids, same, samples=5)
-            narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-        return preview_of(memory_id, chain, wide, everywhere, narrow)
 
     async def forget(
         self: MemoryStore, memory_id: int, actor: str = "user", *, scope: str = "everywhere"

@@ -11,43 +11,26 @@ rewrites the tables for their owner."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.forget import (
     MAX_PHRASE_WORDS,
-    SENTENCE,
-    ForgetPreview,
+    ForgetReads,
     ForgetReport,
     _check_scope,
     _needles,
-    preview_of,
 )
 from navi_desktop.memory.matching import phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED
-from navi_desktop.memory.textproc import keyed_hash, normalize_key
+from navi_desktop.memory.textproc import keyed_hash
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
 
-class PgForgetOps:
+class PgForgetOps(ForgetReads):
     # -- tombstones ----------------------------------------------------------------------------
-
-    async def _tomb_key(self: PgMemoryStore) -> bytes:
-        return bytes.fromhex(
-            await self.db.scalar("SELECT value FROM meta WHERE key = 'tombstone_key'")
-        )
-
-    async def _tomb_hashes(
-        self: PgMemoryStore, kind: str, norm_key: str | None, value: str
-    ) -> tuple[str, str]:
-        secret = await self._tomb_key()
-        value_hash = keyed_hash(secret, f"{kind}\x1f{value}")
-        fact_hash = (
-            keyed_hash(secret, f"{kind}\x1f{norm_key}\x1f{value}") if norm_key else value_hash
-        )
-        return fact_hash, value_hash
 
     async def _tombstoned(self: PgMemoryStore, kind: str, norm_key: str | None, value: str) -> bool:
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
@@ -89,57 +72,7 @@ class PgForgetOps:
             keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),
         )
 
-    async def is_forgotten(
-        self: PgMemoryStore,
-        value: str,
-        *,
-        subject: str | None = None,
-        key: str | None = None,
-        kind: str = "fact",
-    ) -> bool:
-        norm_key = normalize_key(subject, key) if key else None
-        async with self.db.reading():
-            return await self._tombstoned(kind, norm_key, value) or await self._forgotten_phrase(
-                [value]
-            )
-
-    async def contains_forgotten(self: PgMemoryStore, texts: Iterable[str | None]) -> bool:
-        async with self.db.reading():
-            return await self._forgotten_phrase(list(texts))
-
-    async def without_forgotten(self: PgMemoryStore, text: str | None) -> str | None:
-        if not text:
-            return text
-        kept = [s for s in SENTENCE.split(text) if s.strip()]
-        async with self.db.reading():
-            kept = [s for s in kept if not await self._forgotten_phrase([s])]
-        return " ".join(s.strip() for s in kept) or None
-
     # -- forget --------------------------------------------------------------------------------
-
-    async def _chain(self: PgMemoryStore, memory_id: int) -> list[Any]:
-        # The versions this one replaced are the same memory (each once).
-        rows = [await self._row(memory_id), *await self._older_versions(memory_id)]
-        return list({r["id"]: r for r in rows}.values())
-
-    async def forget_needles(
-        self: PgMemoryStore, memory_id: int, scope: str = "everywhere"
-    ) -> list[str]:
-        """The texts a forget in ``scope`` matches (normalised), for scrubbing files outside
-        the database, such as logs, the same way."""
-        _check_scope(scope)
-        async with self.db.reading():
-            return list(_needles(await self._chain(memory_id), scope)[0].needles)
-
-    async def forget_preview(self: PgMemoryStore, memory_id: int) -> ForgetPreview:
-        """Where else the memory's value and evidence occur, for each scope; changes nothing."""
-        async with self.db.reading():
-            chain = await self._chain(memory_id)
-            ids = {r["id"] for r in chain}
-            wide, same = _needles(chain, "everywhere")
-            everywhere = await self._plan_scrub(wide, ids, same, samples=5)
-            narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-        return preview_of(memory_id, chain, wide, everywhere, narrow)
 
     async def forget(
         self: PgMemoryStore, memory_id: int, actor: str = "user", *, scope: str = "everywhere"
@@ -198,4 +131,4 @@ class PgForgetOps:
         )
 
 
-__all__ = ["SENTENCE", "PgForgetOps"]
+__all__ = ["PgForgetOps"]
