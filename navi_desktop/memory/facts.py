@@ -87,6 +87,39 @@ class NewMemory:
         """The fact's identity (see ``normalize_key``); None for a memory without a key."""
         return normalize_key(self.subject, self.key) if self.key else None
 
+    def values(self, now: str) -> tuple[Any, ...]:
+        """The new row's INSERT_COLUMNS, written ``now`` (both backends insert these)."""
+        at = check_iso(self.at, "at") if self.at else now
+        return (
+            self.kind,
+            self.category,
+            self.subject,
+            self.key,
+            self.norm_key,
+            self.value.strip(),
+            self.evidence,
+            self.source,
+            float(self.confidence),
+            self.session_id,
+            self.message_from,
+            self.message_to,
+            self.status,
+            int(self.pinned),
+            at,
+            now,
+            at,
+            self.review_reason if self.status == "held" else None,
+            stored(parse_time(self.expires_at, "expires_at")) if self.expires_at else None,
+        )
+
+
+# What NewMemory.values gives, in its order.
+INSERT_COLUMNS = (
+    "kind, category, subject, key, norm_key, value, evidence, source, confidence, session_id,"
+    " message_from, message_to, status, pinned, created_at, updated_at, valid_from,"
+    " review_reason, expires_at"
+)
+
 
 @dataclass
 class WriteResult:
@@ -288,34 +321,10 @@ class FactOps:
 
     async def _insert(self: MemoryStore, item: NewMemory, actor: str) -> int:
         await self._check_source(item)
-        now = now_iso()
-        at = check_iso(item.at, "at") if item.at else now
+        values = item.values(now_iso())
         new_id = await self.db.execute(
-            "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence, source,"
-            " confidence, session_id, message_from, message_to, status, pinned, created_at,"
-            " updated_at, valid_from, review_reason, expires_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                item.kind,
-                item.category,
-                item.subject,
-                item.key,
-                item.norm_key,
-                item.value.strip(),
-                item.evidence,
-                item.source,
-                float(item.confidence),
-                item.session_id,
-                item.message_from,
-                item.message_to,
-                item.status,
-                int(item.pinned),
-                at,
-                now,
-                at,
-                item.review_reason if item.status == "held" else None,
-                stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None,
-            ),
+            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+            values,
         )
         row = await self._row(new_id)
         await self._index_memory(row)

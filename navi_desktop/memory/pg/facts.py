@@ -8,10 +8,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NotFound
-from navi_desktop.expiry import check_expires_at, parse_time, stored
-from navi_desktop.memory.clock import check_iso, now_iso
+from navi_desktop.expiry import check_expires_at
+from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.facts import (
     AWAITING_REPEAT,
+    INSERT_COLUMNS,
     NewMemory,
     WriteResult,
     _snapshot,
@@ -180,32 +181,10 @@ class PgFactOps:
 
     async def _insert(self: PgMemoryStore, item: NewMemory, actor: str) -> int:
         await self._check_source(item)
-        now = now_iso()
-        at = check_iso(item.at, "at") if item.at else now
+        values = item.values(now_iso())
+        marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
         new_id = await self.db.scalar(
-            "INSERT INTO memories (kind, category, subject, key, norm_key, value, evidence,"
-            " source, confidence, session_id, message_from, message_to, status, pinned,"
-            " created_at, updated_at, valid_from, review_reason, expires_at)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16,"
-            " $15, $17, $18) RETURNING id",
-            item.kind,
-            item.category,
-            item.subject,
-            item.key,
-            item.norm_key,
-            item.value.strip(),
-            item.evidence,
-            item.source,
-            float(item.confidence),
-            item.session_id,
-            item.message_from,
-            item.message_to,
-            item.status,
-            int(item.pinned),
-            at,
-            now,
-            item.review_reason if item.status == "held" else None,
-            stored(parse_time(item.expires_at, "expires_at")) if item.expires_at else None,
+            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({marks}) RETURNING id", *values
         )
         row = await self._row(new_id)
         await self._index_memory(row)
