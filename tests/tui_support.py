@@ -134,7 +134,7 @@ def port_held(port: int) -> Iterator[None]:
     two snapshot tests of one module, or two test runs, would otherwise both bind it. The
     lock is the kernel's, so it goes with a process that dies."""
     path = Path(tempfile.gettempdir()) / f"navi-tests-{os.getuid()}-port-{port}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)  # not a planted link
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
