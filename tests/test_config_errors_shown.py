@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from navi_desktop.tui.app import NaviApp
-from navi_desktop.tui.widgets.status_line import Banner
 from tests.daemon_home import navi as run_navi
 from tests.test_profile_errors import half, make_profiles
-from tests.tui_support import DEAD_HOST, SIZE, Daemon, ThreadedDaemon, make_home, until
+from tests.tui_support import DEAD_HOST, SIZE, Daemon, ThreadedDaemon, banner, make_home, until
 
 BAD = "memory.budget_tokens: must be an integer between 100 and 8000, got 'lots'"
 
@@ -90,9 +89,9 @@ async def test_the_banner_shows_config_errors_and_a_damaged_profile(tmp_path: Pa
     try:
         app = NaviApp(paths, autostart=False)
         async with app.run_test(size=SIZE) as pilot:
-            await until(pilot, lambda: app.status.profile_error is not None)
-            text = str(app.screen.query_one(Banner).render())
-            assert "Memory 'tester' cannot be used:" in text and "is damaged" in text
+            await until(pilot, lambda: "Memory 'tester' cannot be used:" in banner(app))
+            text = banner(app)
+            assert "is damaged" in text
             assert "navi memory doctor --profile tester" in text
             assert f"config.toml: {BAD}; the default (800) stays in force" in text
     finally:

@@ -12,7 +12,7 @@ from navi_desktop.tui.chat.used import UsedScreen
 from navi_desktop.tui.dialogs import ChoiceScreen, TextScreen
 from navi_desktop.tui.widgets.status_line import Banner, StatusLine
 from tests.fake_ollama import Reply
-from tests.tui_support import SIZE, Daemon, make_home, until
+from tests.tui_support import SIZE, Daemon, banner, make_home, until
 
 
 def views(app: NaviApp) -> list[MessageView]:
@@ -252,10 +252,10 @@ async def test_ollama_down_shows_a_banner_and_the_inspector_still_opens(tmp_path
         app = NaviApp(d.paths, autostart=False)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.status.ollama_reachable is False)
-            banner = app.screen.query_one(Banner)
-            assert banner.display
-            text = str(banner.render())
-            assert "Ollama is not reachable" in text and dead in text and "ollama serve" in text
+            await until(pilot, lambda: "Ollama is not reachable" in banner(app))
+            assert app.screen.query_one(Banner).display
+            text = banner(app)
+            assert dead in text and "ollama serve" in text
             await pilot.press(*"hello", "enter")
             await until(pilot, lambda: len(views(app)) == 2 and app.screen.reply is None)
             assert "⚠" in str(views(app)[-1].query_one(".note").render())
@@ -275,7 +275,7 @@ async def test_a_missing_model_is_named_with_the_command_that_fixes_it(fake, tmp
         app = NaviApp(paths, autostart=False)
         async with app.run_test(size=SIZE) as pilot:
             await until(pilot, lambda: app.status.missing_models == ("mistral",))
-            assert "ollama pull mistral" in str(app.screen.query_one(Banner).render())
+            await until(pilot, lambda: "ollama pull mistral" in banner(app))
     finally:
         await d.stop()
 
@@ -284,7 +284,7 @@ async def test_no_daemon_the_app_still_opens_and_says_why(tmp_path):
     app = NaviApp(make_home(tmp_path, "http://127.0.0.1:9"), autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.status.daemon == "down")
-        assert "daemon is not answering" in str(app.screen.query_one(Banner).render())
+        await until(pilot, lambda: "daemon is not answering" in banner(app))
         await pilot.press(*"hello", "enter")
         await pilot.pause(0.2)
         await until(pilot, lambda: app.screen.query_one("#prompt").text == "hello")

@@ -8,8 +8,7 @@ import re
 
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
-from navi_desktop.tui.widgets.status_line import Banner
-from tests.tui_support import SIZE, Daemon, make_home, until
+from tests.tui_support import SIZE, Daemon, banner, make_home, until
 
 AWAY = "postgresql://navi:pw@127.0.0.1:9/navi"  # the discard port: nothing answers
 
@@ -29,11 +28,11 @@ async def test_a_server_away_is_named_and_typing_goes_on(fake, tmp_path):
             await pilot.press(*"my locker code is 4711", "enter")
             views = lambda: list(app.screen.query(MessageView))  # noqa: E731
             await until(pilot, lambda: len(views()) == 2 and app.screen.reply is None)
-            banner = lambda: str(app.screen.query_one(Banner).render())  # noqa: E731
             # The count of what is kept comes with the next status (a slow machine's banner
             # first names the server alone).
-            await until(pilot, lambda: re.search(r"\d+ messages? kept on this machine", banner()))
-            text = banner()
+            kept = re.compile(r"\d+ messages? kept on this machine")
+            await until(pilot, lambda: kept.search(banner(app)))
+            text = banner(app)
             assert "[memory] dsn" in text and "navi-desktop[pgserver]" in text
             assert "pw" not in text.replace("***", "")  # no password shown
         outbox = next(paths.data.rglob("outbox.db"))

@@ -120,6 +120,14 @@ def _holds(condition: Callable[[], Any]) -> bool:
         return False
 
 
+def banner(app: Any) -> str:
+    """The banner's text. It is redrawn just after the status it shows arrives, so a test
+    waits for its words (``until``) rather than reading it once the status is in."""
+    from navi_desktop.tui.widgets.status_line import Banner
+
+    return str(app.screen.query_one(Banner).render())
+
+
 def fake_ollama(port: int = 0) -> FakeOllama:
     return FakeOllama(MODELS, port=port)
 
