@@ -234,6 +234,9 @@ async def test_a_long_reply_through_the_daemon_arrives_whole(fake, daemon, monke
 
         await until(pilot, finished, timeout=30)
         assert reply is not None
+        # The last delta reaches the screen with the next frame's append (stream.py), which a
+        # loaded machine can run after the reply's end is seen: wait for it, lose nothing.
+        await until(pilot, lambda: shown(reply) == reply.text)
         assert reply.text == shown(reply) == text
         assert len(seen) > 3
         assert all(text.startswith(got) and text.startswith(on_screen) for got, on_screen in seen)
