@@ -96,6 +96,30 @@ async def test_search_counts_common_words_once_until_rows_are_forgotten(tmp_path
         assert set(asked) == {'"tea"', '"scone"'}  # the table shrank: counted afresh
 
 
+async def test_a_forget_drops_the_counts_even_when_a_save_hides_the_shrink(tmp_path, monkeypatch):
+    """A forget and then a new memory before the next search: the table did not shrink, but
+    what was forgotten must not keep a count for the rest of the session."""
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        for i in range(8):
+            await store.add_memory(f"green tea and a scone, visit {i}", key=f"tea {i}")
+        scone = await store.add_memory("a scone with jam", key="jam")
+        monkeypatch.setattr(search, "BM25_ROW_BUDGET", 3)
+        await store.search("tea scone", limit=50)
+        assert len(store._match_counts)
+        await store.forget(scone.memory.id)
+        await store.add_memory("oolong tea with a scone", key="oolong")  # as many rows again
+        assert len(store._match_counts) == 0
+        asked: list[object] = []
+        keep = store._match_counts.count
+
+        def spying(table, item, rows, cap, counter):
+            return keep(table, item, rows, cap, lambda c: asked.append(item) or counter(c))
+
+        monkeypatch.setattr(store._match_counts, "count", spying)
+        await store.search("tea scone", limit=50)
+        assert set(asked) == {'"tea"', '"scone"'}  # counted afresh
+
+
 async def test_a_merge_gives_the_kept_name_its_new_whole_count(tmp_path, monkeypatch):
     """Merging moves links without the table shrinking: the kept name's weight is its count
     after the merge, not the one search kept from before it."""

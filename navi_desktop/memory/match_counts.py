@@ -5,9 +5,10 @@ To keep the rarest of a query's words (BM25) or names (the entity signal), searc
 rows each one matches, up to a cap. At 1M memories a query of two common words counted up to
 48,000 rows each, ~15 ms of every such query, to learn the same two numbers as the query
 before. A count only decides which words are worth scoring, so one taken a few rows ago does
-as well: it is kept while its table has grown by no more than DRIFT of its rows. A table that
-shrank (a forget, a deleted session) drops every count kept for it, so no word of what was
-forgotten outlives the next search.
+as well: it is kept while its table has grown by no more than DRIFT of its rows. Rows that
+leave the index (a forget, an edit, a deleted session) drop every count kept for their table
+at once (store._unindex_memory, _unindex_messages), and a table seen to shrink does too, so
+no word of what was forgotten outlives the next search.
 """
 
 from __future__ import annotations
@@ -76,10 +77,12 @@ class MatchCounts:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def drop(self, table: str) -> None:
-        """Forget the counts kept for ``table`` (its rows changed without it shrinking)."""
+    def drop(self, *tables: str) -> None:
+        """Forget the counts kept for ``tables``: rows left them (or moved), which a later
+        search would not see as a shrink when others came in meanwhile."""
         with self._lock:
-            self._drop(table)
+            for table in tables:
+                self._drop(table)
 
     def _drop(self, table: str) -> None:
         for key in [k for k in self._kept if k[0] == table]:

@@ -249,6 +249,7 @@ class MemoryStore(
             "DELETE FROM messages_fts WHERE rowid = ?", [(mid,) for mid in message_ids]
         )
         await self._drop_embeddings("message_id", message_ids)
+        self._match_counts.drop("messages_fts", "entity_links")  # their links go too
 
     async def _index_memory(self, row: Any) -> None:
         await self.db.execute(
@@ -265,6 +266,8 @@ class MemoryStore(
         await self.db.execute("DELETE FROM memories_fts WHERE rowid = ?", (memory_id,))
         await self.db.execute("DELETE FROM entity_links WHERE memory_id = ?", (memory_id,))
         await self._drop_embeddings("memory_id", [memory_id])
+        # Counts kept by search go with the rows, even when new ones hide the shrink.
+        self._match_counts.drop("memories_fts", "entity_links")
 
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
         pairs = [(name, norm) for name in names if (norm := normalize(name))]
