@@ -147,3 +147,26 @@ async def test_a_new_ollama_host_applies_at_once_and_the_old_client_is_closed(se
                 break
             await asyncio.sleep(0.05)
         assert old_backend._http.is_closed
+
+
+async def test_a_store_that_fails_to_close_leaves_the_others_closing(tmp_path, caplog):
+    """A close that raises (a full disk at the last checkpoint) is one line in the log, and
+    every other profile's file is still closed."""
+    async with FakeOllama(MODELS) as fake:
+
+        async def broadcast(topic, method, params):
+            pass
+
+        service = make_service(tmp_path, fake.url, broadcast, Service)
+        first, second = await service.store("one"), await service.store("two")
+
+        async def failing() -> None:
+            await first.db.close()
+            raise OSError(28, "No space left on device")
+
+        first.close = failing  # type: ignore[method-assign]
+        await service.shutdown(budget_s=5)
+    with pytest.raises(ValueError, match="no active connection"):
+        await second.db.conn.execute("SELECT 1")  # closed
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warned == ["profile one not closed cleanly: [Errno 28] No space left on device"]

@@ -315,8 +315,14 @@ class Service(ChatMethods, SessionMethods):
         await _settle(set(self._background))
         await self.ollama.aclose()
         # Side by side: with a server that stopped answering, each close waits out its bound.
-        stores, self._stores = list(self._stores.values()), {}
-        await asyncio.gather(self.remote.close(), *(store.close() for store in stores))
+        # Every one is waited for: a close that fails (a full disk) leaves the others closing.
+        stores, self._stores = self._stores, {}
+        closes = {f"profile {p}": store.close() for p, store in stores.items()}
+        closes["the memory server's change feeds"] = self.remote.close()
+        results = await asyncio.gather(*closes.values(), return_exceptions=True)
+        for what, result in zip(closes, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("%s not closed cleanly: %s", what, result)
 
     # -- RPC methods -------------------------------------------------------------------------
 
