@@ -18,6 +18,7 @@ from textual.css.query import NoMatches
 from navi_desktop.daemon.client import DaemonClient
 from navi_desktop.daemon.main import serve, socket_path
 from navi_desktop.paths import Paths
+from navi_desktop.tui.widgets.status_line import Banner
 from tests.fake_ollama import FakeOllama, ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS
 
@@ -105,26 +106,22 @@ async def until(pilot: Any, condition: Callable[[], Any], timeout: float = 10.0)
     """Let the app run until ``condition()`` holds (the daemon answers on its own time)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not _holds(condition):
+    missing: Exception | None = None  # why the condition could not be checked, last time
+    while True:
+        try:
+            if condition():
+                return
+            missing = None
+        except (LookupError, NoMatches) as exc:  # a widget or row not there yet (the app
+            missing = exc  # rebuilds them as the daemon's answers arrive): not yet
         if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {condition}")
+            raise AssertionError(f"timed out waiting for {condition}") from missing
         await pilot.pause(0.05)
-
-
-def _holds(condition: Callable[[], Any]) -> bool:
-    """``condition()``, where a widget or row it looks at not being there yet (the app
-    rebuilds them as the daemon's answers arrive) is "not yet" rather than an error."""
-    try:
-        return bool(condition())
-    except (LookupError, NoMatches):  # IndexError, KeyError; a query that found none
-        return False
 
 
 def banner(app: Any) -> str:
     """The banner's text. It is redrawn just after the status it shows arrives, so a test
     waits for its words (``until``) rather than reading it once the status is in."""
-    from navi_desktop.tui.widgets.status_line import Banner
-
     return str(app.screen.query_one(Banner).render())
 
 
