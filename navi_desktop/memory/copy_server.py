@@ -3,7 +3,6 @@ rows written a chunk at a time as arrays, and float vectors."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,12 +10,6 @@ from typing import Any
 import numpy as np
 
 from navi_desktop.memory.copy_sides import Side
-
-
-def _numbered(text: str) -> str:
-    count = iter(range(1, text.count("?") + 1))
-    return re.sub(r"\?", lambda _: f"${next(count)}", text)
-
 
 _CASTS = {"int8": int, "int4": int, "float8": float}
 
@@ -32,7 +25,7 @@ class PgSide(Side):
         rows = await self.db.fetchall(
             "SELECT column_name, udt_name FROM information_schema.columns"
             " WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
-            table,
+            (table,),
         )
         return {r[0]: r[1] for r in rows}
 
@@ -51,13 +44,13 @@ class PgSide(Side):
             yield
 
     async def scalar(self, text: str, *args: Any) -> Any:
-        return await self.db.scalar(_numbered(text), *args)
+        return await self.db.scalar(text, args)
 
     async def fetchall(self, text: str, *args: Any) -> list[dict[str, Any]]:
-        return [dict(r) for r in await self.db.fetchall(_numbered(text), *args)]
+        return [dict(r) for r in await self.db.fetchall(text, args)]
 
     async def executemany(self, text: str, rows: Sequence[Sequence[Any]]) -> None:
-        await self.db.executemany(_numbered(text), rows)
+        await self.db.executemany(text, rows)
 
     def _cast(self, kind: str, value: Any) -> Any:
         cast = _CASTS.get(kind)
@@ -97,11 +90,9 @@ class PgSide(Side):
             " ORDER BY t.ord"
         )
         if not returning:
-            await self.db.execute(statement, *arrays)
+            await self.db.execute(statement, arrays)
             return []
-        ids = sorted(
-            int(r[0]) for r in await self.db.fetchall(f"{statement} RETURNING id", *arrays)
-        )
+        ids = sorted(int(r[0]) for r in await self.db.fetchall(f"{statement} RETURNING id", arrays))
         if len(ids) != len(rows):
             raise RuntimeError(f"{table}: wrote {len(ids)} rows of {len(rows)}")
         return ids

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import re
 import time
@@ -180,23 +181,53 @@ class PgDatabase:
             raise RuntimeError("statement outside reading() or transaction()")
         return conn
 
-    async def execute(self, sql: str, *args: Any, timeout: float | None = None) -> str:
-        """``timeout``: this statement's bound, for one known to be slow (default QUERY_S)."""
-        return await self._conn().execute(sql, *args, timeout=timeout)
+    async def execute(
+        self, sql: str, params: Sequence[Any] = (), *, timeout: float | None = None
+    ) -> str:
+        """``timeout``: this statement's bound, for one known to be slow (default QUERY_S).
+        Without parameters the text may hold several statements (a schema step)."""
+        if not params:
+            return await self._conn().execute(sql, timeout=timeout)
+        return await self._conn().execute(dollars(sql), *params, timeout=timeout)
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             bound = None if self.query_s is None else max(self.query_s, len(rows) * ROW_S)
-            await self._conn().executemany(sql, rows, timeout=bound)
+            await self._conn().executemany(dollars(sql), rows, timeout=bound)
 
-    async def fetchall(self, sql: str, *args: Any) -> list[Any]:
-        return await self._conn().fetch(sql, *args)
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return await self._conn().fetch(dollars(sql), *params)
 
-    async def fetchone(self, sql: str, *args: Any) -> Any | None:
-        return await self._conn().fetchrow(sql, *args)
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any | None:
+        return await self._conn().fetchrow(dollars(sql), *params)
 
-    async def scalar(self, sql: str, *args: Any) -> Any:
-        return await self._conn().fetchval(sql, *args)
+    async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return await self._conn().fetchval(dollars(sql), *params)
+
+
+# A quoted literal (left as it is), or a placeholder in SQLite's forms: ?NNN or a bare ?.
+_PLACEHOLDER = re.compile(r"'(?:[^']|'')*'|\$(\d+)|\?(\d*)")
+
+
+@functools.lru_cache(maxsize=1024)
+def dollars(sql: str) -> str:
+    """SQL written with SQLite's placeholders, for PostgreSQL: ``?NNN`` becomes ``$NNN`` and a
+    bare ``?`` the number after the largest one to its left, as SQLite numbers it; ``$n``
+    stays. So a statement both backends run is written once, the file's way."""
+    if "?" not in sql:
+        return sql
+    largest = 0
+
+    def number(m: re.Match[str]) -> str:
+        nonlocal largest
+        if m.group(0).startswith("'"):
+            return m.group(0)
+        given = m.group(1) or m.group(2)
+        n = int(given) if given else largest + 1
+        largest = max(largest, n)
+        return f"${n}"
+
+    return _PLACEHOLDER.sub(number, sql)
 
 
 def rowcount(status: str) -> int:

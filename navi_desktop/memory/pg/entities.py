@@ -46,7 +46,7 @@ class PgEntityOps:
             f"SELECT {_ENTITY} FROM entities WHERE norm = $1 UNION ALL"
             " SELECT e.id, e.name, e.norm, e.type FROM entity_aliases a"
             " JOIN entities e ON e.id = a.entity_id WHERE a.norm = $1 LIMIT 1",
-            norm,
+            (norm,),
         )
         if row is None:
             raise NotFound(f"no entity named {shown!r}{await self._suggestion(norm)}")
@@ -56,21 +56,19 @@ class PgEntityOps:
         first = norm[0]
         rows = await self.db.fetchall(
             "SELECT norm, name AS owner FROM entities WHERE starts_with(norm, $1) LIMIT $2",
-            first,
-            SUGGEST_POOL,
+            (first, SUGGEST_POOL),
         )
         rows += await self.db.fetchall(
             "SELECT a.norm, e.name AS owner FROM entity_aliases a JOIN entities e"
             " ON e.id = a.entity_id WHERE starts_with(a.norm, $1) LIMIT $2",
-            first,
-            SUGGEST_POOL,
+            (first, SUGGEST_POOL),
         )
         return suggestion(norm, {r["norm"]: r["owner"] for r in rows})
 
     async def _aliases(self: PgMemoryStore, entity_id: int) -> list[str]:
         rows = await self.db.fetchall(
             'SELECT name FROM entity_aliases WHERE entity_id = $1 ORDER BY norm COLLATE "C"',
-            entity_id,
+            (entity_id,),
         )
         return [r[0] for r in rows]
 
@@ -80,7 +78,7 @@ class PgEntityOps:
             "SELECT (SELECT count(*) FROM entity_links WHERE entity_id = $1"
             " AND memory_id IS NOT NULL), (SELECT count(*) FROM entity_links"
             " WHERE entity_id = $1 AND message_id IS NOT NULL)",
-            ident,
+            (ident,),
         )
         # Current: active and not expired (as search and the prompt's memory block see them).
         current = (
@@ -91,7 +89,7 @@ class PgEntityOps:
         totals = {
             r[0]: r[1]
             for r in await self.db.fetchall(
-                f"SELECT kind, count(*) FROM memories WHERE {current} GROUP BY kind", ident, now
+                f"SELECT kind, count(*) FROM memories WHERE {current} GROUP BY kind", (ident, now)
             )
         }
         found: dict[str, list[Memory]] = {}
@@ -99,10 +97,7 @@ class PgEntityOps:
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {current} AND kind = $3"
                 " ORDER BY updated_at DESC, id DESC LIMIT $4",
-                ident,
-                now,
-                kind,
-                limit,
+                (ident, now, kind, limit),
             )
             found[kind] = [Memory.from_row(r) for r in rows]
         return EntityProfile(
@@ -149,15 +144,13 @@ class PgEntityOps:
             )
         order = 'mentions DESC, e.norm COLLATE "C"' if sort == "mentions" else 'e.norm COLLATE "C"'
         async with self.db.reading():
-            total = await self.db.scalar(f"SELECT count(*) FROM entities e {where}", *params)
+            total = await self.db.scalar(f"SELECT count(*) FROM entities e {where}", params)
             page = await self.db.fetchall(
                 f"SELECT e.name, e.type, {_LINKS} AS mentions,"
                 " array(SELECT name FROM entity_aliases WHERE entity_id = e.id"
                 ' ORDER BY norm COLLATE "C") AS aliases'
                 f" FROM entities e {where} ORDER BY {order} LIMIT $2 OFFSET $3",
-                *params,
-                limit,
-                offset,
+                (*params, limit, offset),
             )
         out = [
             EntitySummary(
@@ -178,19 +171,17 @@ class PgEntityOps:
             holder = await self.db.fetchone(
                 "SELECT id, name FROM entities WHERE norm = $1 UNION ALL SELECT e.id, e.name"
                 " FROM entity_aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm = $1",
-                norm,
+                (norm,),
             )
             check_rename(row, holder, shown, norm)
-            await self.db.execute("DELETE FROM entity_aliases WHERE norm = $1", norm)
+            await self.db.execute("DELETE FROM entity_aliases WHERE norm = $1", (norm,))
             if norm != row["norm"]:  # not only a change of case or spacing: keep the old name
                 await self.db.execute(
                     "INSERT INTO entity_aliases (entity_id, name, norm) VALUES ($1, $2, $3)",
-                    row["id"],
-                    row["name"],
-                    row["norm"],
+                    (row["id"], row["name"], row["norm"]),
                 )
             await self.db.execute(
-                "UPDATE entities SET name = $1, norm = $2 WHERE id = $3", shown, norm, row["id"]
+                "UPDATE entities SET name = $1, norm = $2 WHERE id = $3", (shown, norm, row["id"])
             )
             return await self._profile(await self._entity_row(shown), PROFILE_LIMIT)
 
@@ -207,25 +198,21 @@ class PgEntityOps:
                 "DELETE FROM entity_links g WHERE g.entity_id = $2 AND EXISTS"
                 " (SELECT 1 FROM entity_links k WHERE k.entity_id = $1"
                 " AND (k.memory_id = g.memory_id OR k.message_id = g.message_id))",
-                keep["id"],
-                gone["id"],
+                (keep["id"], gone["id"]),
             )
             for table in ("entity_links", "entity_aliases"):
                 await self.db.execute(
                     f"UPDATE {table} SET entity_id = $1 WHERE entity_id = $2",
-                    keep["id"],
-                    gone["id"],
+                    (keep["id"], gone["id"]),
                 )
-            await self.db.execute("DELETE FROM entities WHERE id = $1", gone["id"])
+            await self.db.execute("DELETE FROM entities WHERE id = $1", (gone["id"],))
             await self.db.execute(
                 "INSERT INTO entity_aliases (entity_id, name, norm) VALUES ($1, $2, $3)",
-                keep["id"],
-                gone["name"],
-                gone["norm"],
+                (keep["id"], gone["name"], gone["norm"]),
             )
             if keep["type"] is None and gone["type"] is not None:
                 await self.db.execute(
-                    "UPDATE entities SET type = $1 WHERE id = $2", gone["type"], keep["id"]
+                    "UPDATE entities SET type = $1 WHERE id = $2", (gone["type"], keep["id"])
                 )
             return await self._profile(await self._entity_row(keep["name"]), PROFILE_LIMIT)
 
@@ -244,8 +231,7 @@ class PgEntityOps:
                 " AND NOT EXISTS (SELECT 1 FROM entities_enriched e WHERE e.memory_id = m.id)"
                 " AND (SELECT count(*) FROM entity_links l WHERE l.memory_id = m.id) <= $1"
                 " ORDER BY m.id DESC LIMIT $2",
-                few,
-                limit,
+                (few, limit),
             )
         return [Memory.from_row(r) for r in rows]
 
@@ -258,7 +244,7 @@ class PgEntityOps:
         added = 0
         async with self.db.transaction():
             for memory_id, names in found.items():
-                if not await self.db.scalar("SELECT 1 FROM memories WHERE id = $1", memory_id):
+                if not await self.db.scalar("SELECT 1 FROM memories WHERE id = $1", (memory_id,)):
                     continue
                 before = await self._links(memory_id)
                 await self._link_entities("memory_id", memory_id, [n for n, _ in names])
@@ -271,13 +257,11 @@ class PgEntityOps:
                     "INSERT INTO entities_enriched (memory_id, model, at) VALUES ($1, $2, $3)"
                     " ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model,"
                     " at = excluded.at",
-                    memory_id,
-                    model,
-                    at,
+                    (memory_id, model, at),
                 )
         return added
 
     async def _links(self: PgMemoryStore, memory_id: int) -> int:
         return await self.db.scalar(
-            "SELECT count(*) FROM entity_links WHERE memory_id = $1", memory_id
+            "SELECT count(*) FROM entity_links WHERE memory_id = $1", (memory_id,)
         )

@@ -63,9 +63,7 @@ class PgExchangeOps:
                 await self.db.execute(
                     "INSERT INTO sessions (id, title, created_at, last_active_at, state, ended_at)"
                     " VALUES ($1, $2, $3, $3, 'ended', $3) ON CONFLICT DO NOTHING",
-                    s["id"],
-                    title,
-                    s["created_at"],
+                    (s["id"], title, s["created_at"]),
                 )
             items = sorted(data["memories"], key=lambda m: m["id"])
             for item in items:
@@ -75,13 +73,13 @@ class PgExchangeOps:
                 target = report.ids.get(item.get("superseded_by"))
                 if new_id in report.new_ids and target:
                     await self.db.execute(
-                        "UPDATE memories SET superseded_by = $1 WHERE id = $2", target, new_id
+                        "UPDATE memories SET superseded_by = $1 WHERE id = $2", (target, new_id)
                     )
             if report.new_ids:
                 rows = await self.db.fetchall(
                     "SELECT id, new FROM memory_history WHERE action IN"
                     " ('superseded', 'supersedes') AND memory_id = ANY($1::bigint[])",
-                    report.new_ids,
+                    (report.new_ids,),
                 )
                 await self.db.executemany(
                     "UPDATE memory_history SET new = $1 WHERE id = $2",
@@ -102,9 +100,7 @@ class PgExchangeOps:
         same = await self.db.fetchall(
             "SELECT id, value FROM memories WHERE kind = $1 AND created_at = $2"
             " AND norm_key IS NOT DISTINCT FROM $3",
-            item["kind"],
-            item.get("created_at") or now,
-            norm_key,
+            (item["kind"], item.get("created_at") or now, norm_key),
         )
         for row in same:
             if normalize(row["value"]) == normalize(value):
@@ -112,9 +108,9 @@ class PgExchangeOps:
                 report.ids[item["id"]] = row["id"]
                 return
         session = item.get("session_id")
-        if session and not await self.db.scalar("SELECT 1 FROM sessions WHERE id = $1", session):
+        if session and not await self.db.scalar("SELECT 1 FROM sessions WHERE id = $1", (session,)):
             session = None
-        new_id = await self.db.scalar(_INSERT, *import_values(item, session, now))
+        new_id = await self.db.scalar(_INSERT, import_values(item, session, now))
         await self.db.executemany(
             "INSERT INTO memory_history (memory_id, action, actor, old, new, at)"
             " VALUES ($1, $2, $3, $4, $5, $6)",

@@ -40,17 +40,19 @@ class PgFactOps:
         await self.db.execute(
             "INSERT INTO memory_history (memory_id, action, actor, at, old, new)"
             " VALUES ($1, $2, $3, $4, $5, $6)",
-            memory_id,
-            action,
-            actor,
-            now_iso(),
-            json.dumps(old, ensure_ascii=False) if old else None,
-            json.dumps(new, ensure_ascii=False) if new else None,
+            (
+                memory_id,
+                action,
+                actor,
+                now_iso(),
+                json.dumps(old, ensure_ascii=False) if old else None,
+                json.dumps(new, ensure_ascii=False) if new else None,
+            ),
         )
 
     async def _row(self: PgMemoryStore, memory_id: int) -> Any:
         row = await self.db.fetchone(
-            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = $1", memory_id
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = $1", (memory_id,)
         )
         if row is None:
             raise NotFound(f"no memory with id {memory_id}")
@@ -68,7 +70,7 @@ class PgFactOps:
             " JOIN older ON m.superseded_by = older.id WHERE older.depth < 1000)"
             f" SELECT {', '.join('m.' + c for c in MEMORY_COLUMNS.split(', '))}"
             " FROM older JOIN memories m USING (id) ORDER BY depth",
-            memory_id,
+            (memory_id,),
         )
 
     async def versions(self: PgMemoryStore, memory_id: int) -> list[Memory]:
@@ -82,7 +84,7 @@ class PgFactOps:
             rows = await self.db.fetchall(
                 "SELECT id, memory_id, action, actor, at, old, new FROM memory_history"
                 " WHERE memory_id = $1 ORDER BY id",
-                memory_id,
+                (memory_id,),
             )
         return [HistoryEntry.from_row(r) for r in rows]
 
@@ -116,7 +118,7 @@ class PgFactOps:
         if current is not None and normalize(current["value"]) == normalize(value):
             if (change := restated_expiry(current, item)) is not None:
                 await self.db.execute(
-                    "UPDATE memories SET expires_at = $1 WHERE id = $2", change[0], current["id"]
+                    "UPDATE memories SET expires_at = $1 WHERE id = $2", (change[0], current["id"])
                 )
                 await self._history(
                     current["id"],
@@ -143,10 +145,7 @@ class PgFactOps:
             " confidence = greatest(confidence, $1), updated_at = $2,"
             " status = CASE WHEN $3 THEN 'active' ELSE status END,"
             " review_reason = CASE WHEN $3 THEN NULL ELSE review_reason END WHERE id = $4",
-            float(confidence),
-            now_iso(),
-            promote,
-            row["id"],
+            (float(confidence), now_iso(), promote, row["id"]),
         )
         new: dict[str, Any] = {"mentions": row["mentions"] + 1}
         if promote:
@@ -162,8 +161,7 @@ class PgFactOps:
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE norm_key = $1 AND kind = $2"
                 " AND status IN ('active', 'held') ORDER BY status = 'active' DESC, id DESC",
-                norm_key,
-                kind,
+                (norm_key, kind),
             )
             for row in rows:
                 if normalize(row["value"]) == normalize(value):
@@ -172,8 +170,7 @@ class PgFactOps:
         for row in await self.db.fetchall(
             f"SELECT {MEMORY_COLUMNS} FROM memories WHERE norm_key IS NULL AND kind = $1"
             " AND lower(value) = lower($2) AND status IN ('active', 'held')",
-            kind,
-            value,
+            (kind, value),
         ):
             if normalize(row["value"]) == normalize(value):
                 return row
@@ -184,7 +181,7 @@ class PgFactOps:
         values = item.values(now_iso())
         marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
         new_id = await self.db.scalar(
-            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({marks}) RETURNING id", *values
+            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({marks}) RETURNING id", values
         )
         row = await self._row(new_id)
         await self._index_memory(row)
@@ -194,7 +191,7 @@ class PgFactOps:
 
     async def _check_source(self: PgMemoryStore, item: NewMemory) -> None:
         if item.session_id is not None and not await self.db.scalar(
-            "SELECT 1 FROM sessions WHERE id = $1", item.session_id
+            "SELECT 1 FROM sessions WHERE id = $1", (item.session_id,)
         ):
             raise NotFound(f"no session with id {item.session_id!r}")
         for name in ("message_from", "message_to"):
@@ -202,7 +199,7 @@ class PgFactOps:
             if message_id is None:
                 continue
             owner = await self.db.scalar(
-                "SELECT session_id FROM messages WHERE id = $1", message_id
+                "SELECT session_id FROM messages WHERE id = $1", (message_id,)
             )
             if owner is None:
                 raise NotFound(f"no message with id {message_id} ({name})")
@@ -216,9 +213,7 @@ class PgFactOps:
         await self.db.execute(
             "UPDATE memories SET status = 'superseded', valid_to = $1, superseded_by = $2,"
             " updated_at = $1 WHERE id = $3",
-            now,
-            new_id,
-            old_id,
+            (now, new_id, old_id),
         )
         await self._history(old_id, "superseded", actor, new={"superseded_by": new_id})
         await self._history(new_id, "supersedes", actor, new={"supersedes": old_id})
@@ -239,9 +234,7 @@ class PgFactOps:
                 raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
             await self.db.execute(
                 "UPDATE memories SET pinned = $1, strength = 1.0, updated_at = $2 WHERE id = $3",
-                int(pinned),
-                now_iso(),
-                memory_id,
+                (int(pinned), now_iso(), memory_id),
             )
             await self._history(
                 memory_id,
@@ -291,13 +284,11 @@ class PgFactOps:
         order = f"{SORTS[sort]} {'DESC' if descending else 'ASC'}, id DESC"
         n = len(params)
         async with self.db.reading():
-            total = await self.db.scalar(f"SELECT count(*) FROM memories WHERE {clause}", *params)
+            total = await self.db.scalar(f"SELECT count(*) FROM memories WHERE {clause}", params)
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {clause} ORDER BY {order}"
                 f" LIMIT ${n + 1} OFFSET ${n + 2}",
-                *params,
-                limit,
-                offset,
+                (*params, limit, offset),
             )
         return [Memory.from_row(r) for r in rows], int(total)
 

@@ -37,8 +37,7 @@ class PgForgetOps(ForgetReads):
         return bool(
             await self.db.scalar(
                 "SELECT 1 FROM tombstones WHERE fact_hash = $1 OR value_hash = $2",
-                fact_hash,
-                value_hash,
+                (fact_hash, value_hash),
             )
         )
 
@@ -55,7 +54,7 @@ class PgForgetOps(ForgetReads):
         return bool(hashes) and bool(
             await self.db.scalar(
                 "SELECT 1 FROM forgotten_phrases WHERE hash = ANY($1::text[]) LIMIT 1",
-                list(hashes),
+                (list(hashes),),
             )
         )
 
@@ -64,12 +63,13 @@ class PgForgetOps(ForgetReads):
     ) -> None:
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
         await self.db.execute(
-            "DELETE FROM tombstones WHERE fact_hash = $1 OR value_hash = $2", fact_hash, value_hash
+            "DELETE FROM tombstones WHERE fact_hash = $1 OR value_hash = $2",
+            (fact_hash, value_hash),
         )
         secret = await self._tomb_key()
         await self.db.execute(
             "DELETE FROM forgotten_phrases WHERE hash = $1",
-            keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),
+            (keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),),
         )
 
     # -- forget --------------------------------------------------------------------------------
@@ -92,19 +92,16 @@ class PgForgetOps(ForgetReads):
                 await self.db.execute(
                     "INSERT INTO tombstones (fact_hash, value_hash, kind, created_at)"
                     " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                    fact_hash,
-                    value_hash,
-                    row["kind"],
-                    now_iso(),
+                    (fact_hash, value_hash, row["kind"], now_iso()),
                 )
             await self._bury_phrases(matcher.needles)
             ids = [r["id"] for r in gone]
             # history, vectors, entity links and ledger rows go with the rows (cascade)
             await self.db.execute(
                 "UPDATE memories SET superseded_by = NULL WHERE superseded_by = ANY($1::bigint[])",
-                ids,
+                (ids,),
             )
-            await self.db.execute("DELETE FROM memories WHERE id = ANY($1::bigint[])", ids)
+            await self.db.execute("DELETE FROM memories WHERE id = ANY($1::bigint[])", (ids,))
             await self._apply_scrub(plan)
             await self._drop_orphan_entities()
             await self._mark_profile_stale()

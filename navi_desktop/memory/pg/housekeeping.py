@@ -23,15 +23,15 @@ class PgHousekeepingOps:
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE kind = 'fact' AND norm_key = $1"
                 " AND status = $2 AND ($3::text IS NULL OR review_reason = $3) ORDER BY id DESC",
-                norm_key,
-                status,
-                reason,
+                (norm_key, status, reason),
             )
         return [Memory.from_row(r) for r in rows]
 
     async def session_attempts(self: PgMemoryStore, session_id: str) -> int:
         async with self.db.reading():
-            value = await self.db.scalar("SELECT attempts FROM sessions WHERE id = $1", session_id)
+            value = await self.db.scalar(
+                "SELECT attempts FROM sessions WHERE id = $1", (session_id,)
+            )
         return int(value or 0)
 
     async def backup_if_due(self: PgMemoryStore) -> None:

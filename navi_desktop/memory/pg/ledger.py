@@ -45,8 +45,7 @@ class PgLedgerOps:
             turn = await self.db.fetchone(
                 "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1),"
                 " (SELECT session_id FROM messages WHERE id = $2)",
-                session_id,
-                message_id,
+                (session_id, message_id),
             )
             check_turn(turn[0], turn[1], session_id, message_id)
             await self.db.execute(
@@ -55,20 +54,21 @@ class PgLedgerOps:
                 " FROM unnest($4::bigint[], $5::int[], $6::float8[], $7::text[])"
                 " WITH ORDINALITY AS t(memory_id, rank, score, signals, n)"
                 " WHERE EXISTS (SELECT 1 FROM memories m WHERE m.id = t.memory_id) ORDER BY t.n",
-                session_id,
-                message_id,
-                at,
-                [i.memory_id for i in injections],
-                [i.rank for i in injections],
-                [float(i.score) for i in injections],
-                [signals_json(i) for i in injections],
+                (
+                    session_id,
+                    message_id,
+                    at,
+                    [i.memory_id for i in injections],
+                    [i.rank for i in injections],
+                    [float(i.score) for i in injections],
+                    [signals_json(i) for i in injections],
+                ),
             )
             # Used: recall strengthens them (the SQLite side's ``_mark_used``).
             await self.db.execute(
                 "UPDATE memories SET last_used_at = $1, strength = 1.0"
                 " WHERE id = ANY($2::bigint[])",
-                at,
-                [i.memory_id for i in injections],
+                (at, [i.memory_id for i in injections]),
             )
 
     async def injections_for(self: PgMemoryStore, message_id: int) -> list[Injection]:
@@ -79,7 +79,7 @@ class PgLedgerOps:
                 f"SELECT {columns}, i.rank AS i_rank, i.score AS i_score,"
                 " i.signals AS i_signals FROM injections i JOIN memories m ON m.id = i.memory_id"
                 " WHERE i.message_id = $1 ORDER BY i.rank, i.id",
-                message_id,
+                (message_id,),
             )
         return [injection_from_row(row) for row in rows]
 
@@ -97,37 +97,30 @@ class PgLedgerOps:
         earlier rating."""
         value, note = check_rating(rating, note)
         async with self.db.transaction():
-            if not await self.db.scalar("SELECT 1 FROM sessions WHERE id = $1", session_id):
+            if not await self.db.scalar("SELECT 1 FROM sessions WHERE id = $1", (session_id,)):
                 raise NotFound(f"no session {session_id!r}")
             if message_id is None:
                 message_id = await self.db.scalar(
                     "SELECT max(id) FROM messages WHERE session_id = $1 AND role = 'assistant'",
-                    session_id,
+                    (session_id,),
                 )
                 if message_id is None:
                     raise NotFound(f"session {session_id!r} has no reply to rate yet")
             role = await self.db.scalar(
                 "SELECT role FROM messages WHERE id = $1 AND session_id = $2",
-                message_id,
-                session_id,
+                (message_id, session_id),
             )
             check_reply(role, message_id, session_id)
             turn_id = await self.db.scalar(
                 "SELECT max(id) FROM messages WHERE session_id = $1 AND role = 'user' AND id < $2",
-                session_id,
-                message_id,
+                (session_id, message_id),
             )
             at = now_iso()
             await self.db.execute(
                 "INSERT INTO reply_feedback (message_id, session_id, turn_id, rating, note, at)"
                 " VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO UPDATE SET"
                 " rating = excluded.rating, note = excluded.note, at = excluded.at",
-                message_id,
-                session_id,
-                turn_id,
-                value,
-                note,
-                at,
+                (message_id, session_id, turn_id, value, note, at),
             )
         return Rating(message_id, session_id, turn_id, rating, note, at)
 
@@ -135,7 +128,7 @@ class PgLedgerOps:
         async with self.db.reading():
             row = await self.db.fetchone(
                 f"SELECT {_FEEDBACK_COLUMNS} FROM reply_feedback WHERE message_id = $1",
-                message_id,
+                (message_id,),
             )
         return Rating.from_row(row) if row else None
 
@@ -145,7 +138,7 @@ class PgLedgerOps:
             rows = await self.db.fetchall(
                 f"SELECT {_FEEDBACK_COLUMNS} FROM reply_feedback WHERE session_id = $1"
                 " ORDER BY message_id",
-                session_id,
+                (session_id,),
             )
         return [Rating.from_row(r) for r in rows]
 
@@ -178,5 +171,5 @@ class PgLedgerOps:
         cutoff = feedback_cutoff(days, now)
         async with self.db.transaction():
             return rowcount(
-                await self.db.execute("DELETE FROM reply_feedback WHERE at < $1", cutoff)
+                await self.db.execute("DELETE FROM reply_feedback WHERE at < $1", (cutoff,))
             )

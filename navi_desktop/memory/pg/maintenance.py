@@ -28,8 +28,7 @@ class PgMaintenanceOps:
             await self.db.execute(
                 "UPDATE memories SET last_used_at = $1, strength = 1.0"
                 " WHERE id = ANY($2::bigint[])",
-                now_iso(),
-                list(memory_ids),
+                (now_iso(), list(memory_ids)),
             )
 
     async def archive_expired(self: PgMemoryStore, *, now: str | None = None) -> list[int]:
@@ -40,7 +39,7 @@ class PgMaintenanceOps:
             rows = await self.db.fetchall(
                 "SELECT id, status, expires_at FROM memories WHERE expires_at IS NOT NULL"
                 " AND expires_at <= $1 AND status IN ('active', 'held') ORDER BY id FOR UPDATE",
-                when,
+                (when,),
             )
             for row in rows:
                 await self._archive_quietly(
@@ -91,9 +90,7 @@ class PgMaintenanceOps:
         await self.db.execute(
             "UPDATE memories SET status = 'archived', strength = coalesce($1, strength),"
             " updated_at = $2 WHERE id = $3",
-            strength,
-            now_iso(),
-            row["id"],
+            (strength, now_iso(), row["id"]),
         )
         old = {"status": row.get("status", "active")}
         await self._history(row["id"], "archive", actor, old=old, new=new)
@@ -116,6 +113,6 @@ class PgMaintenanceOps:
                     "  AND e.model = $1))"
                     " + (SELECT count(*) FROM messages g WHERE NOT EXISTS (SELECT 1 FROM"
                     "  embeddings e WHERE e.message_id = g.id AND e.model = $1))",
-                    self.embedder.model,
+                    (self.embedder.model,),
                 )
             )

@@ -366,10 +366,10 @@ async def migrate(db: PgDatabase) -> list[str]:
     applied: list[str] = []
     try:
         async with db.transaction():
-            await db.scalar("SELECT pg_advisory_xact_lock($1)", MIGRATION_LOCK)
+            await db.scalar("SELECT pg_advisory_xact_lock($1)", (MIGRATION_LOCK,))
             # Only what is missing is created: a daemon's role may use an existing schema
             # without the right to create one.
-            if not await db.scalar("SELECT to_regclass($1)", f"{SCHEMA}.schema_migrations"):
+            if not await db.scalar("SELECT to_regclass($1)", (f"{SCHEMA}.schema_migrations",)):
                 await db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                 await db.execute(
                     "CREATE TABLE schema_migrations"
@@ -389,8 +389,7 @@ async def migrate(db: PgDatabase) -> list[str]:
                 await step(db)
                 await db.execute(
                     "INSERT INTO schema_migrations (name, applied_at) VALUES ($1, $2)",
-                    name,
-                    now_iso(),
+                    (name, now_iso()),
                 )
                 applied.append(name)
     except asyncpg.InsufficientPrivilegeError as exc:

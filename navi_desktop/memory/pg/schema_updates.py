@@ -62,7 +62,7 @@ async def m0006_word_indexes_without_pending_list(db: PgDatabase) -> None:
     # into the index instead; what waits is merged now.
     for index in ("memories_tsv", "messages_tsv"):
         await db.execute(f"ALTER INDEX {index} SET (fastupdate = off)")
-        await db.execute("SELECT gin_clean_pending_list($1::regclass)", index)
+        await db.execute("SELECT gin_clean_pending_list($1::regclass)", (index,))
 
 
 async def m0007_vectors_in_the_row(db: PgDatabase) -> None:

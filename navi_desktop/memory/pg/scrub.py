@@ -79,59 +79,64 @@ class PgScrubOps:
         plan = ScrubPlan(matcher, samples)
         if not matcher:
             return plan
-        fetch = self.db.fetchall
         args: list[Any] = []
         where = _candidates(matcher, ("content",), args)
         meta_where = _candidates(matcher, ("meta",), args, json=True)
         plan.add_messages(
-            await fetch(
+            await self.db.fetchall(
                 "SELECT id, session_id, role, content, meta FROM messages"
                 f" WHERE {where} OR {meta_where} ORDER BY id",
-                *args,
+                args,
             )
         )
         if plan.messages:  # the next message's index quotes a redacted one as context
-            rows = await fetch(
+            rows = await self.db.fetchall(
                 "SELECT DISTINCT ON (m.id) n.id FROM messages m JOIN messages n"
                 " ON n.session_id = m.session_id AND n.id > m.id"
                 " WHERE m.id = ANY($1::bigint[]) ORDER BY m.id, n.id",
-                list(plan.messages),
+                (list(plan.messages),),
             )
             plan.following = {r["id"] for r in rows} - set(plan.messages)
         args = []
         where = _candidates(matcher, ("title", "pending_reason"), args)
         plan.add_sessions(
-            await fetch(f"SELECT id, title, pending_reason FROM sessions WHERE {where}", *args)
+            await self.db.fetchall(
+                f"SELECT id, title, pending_reason FROM sessions WHERE {where}", args
+            )
         )
         args = []
         where = _candidates(matcher, SCRUBBED_COLUMNS, args)
         plan.add_memories(
-            await fetch(f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where} ORDER BY id", *args),
+            await self.db.fetchall(
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {where} ORDER BY id", args
+            ),
             skip,
             same_values,
         )
         args = []
         where = _candidates(matcher, ("old", "new"), args, json=True)
         plan.add_history(
-            await fetch(
+            await self.db.fetchall(
                 f"SELECT id, memory_id, old, new FROM memory_history WHERE {where} ORDER BY id",
-                *args,
+                args,
             ),
             skip,
         )
         plan.add_meta(
-            await fetch(
-                "SELECT key, value FROM meta WHERE key NOT IN ('tombstone_key', $1)", PENDING_KEY
+            await self.db.fetchall(
+                "SELECT key, value FROM meta WHERE key NOT IN ('tombstone_key', $1)", (PENDING_KEY,)
             )
         )
         plan.add_entities(
-            await fetch("SELECT id, name, norm FROM entities"),
-            await fetch("SELECT entity_id, name, norm FROM entity_aliases"),
+            await self.db.fetchall("SELECT id, name, norm FROM entities"),
+            await self.db.fetchall("SELECT entity_id, name, norm FROM entity_aliases"),
         )
         args = []
         where = _candidates(matcher, ("note",), args)
         plan.add_notes(
-            await fetch(f"SELECT message_id, note FROM reply_feedback WHERE {where}", *args)
+            await self.db.fetchall(
+                f"SELECT message_id, note FROM reply_feedback WHERE {where}", args
+            )
         )
         return plan
 
@@ -143,7 +148,7 @@ class PgScrubOps:
         )
         redacted = list(plan.messages)
         await self.db.execute(
-            "DELETE FROM embeddings WHERE message_id = ANY($1::bigint[])", redacted
+            "DELETE FROM embeddings WHERE message_id = ANY($1::bigint[])", (redacted,)
         )
         for mid in sorted({*plan.messages, *plan.following}):
             await self._reindex_message(mid, relink=mid in plan.messages)
@@ -158,15 +163,17 @@ class PgScrubOps:
             await self.db.execute(
                 "UPDATE memories SET value = $1, evidence = $2, subject = $3, key = $4,"
                 " norm_key = $5, updated_at = $6 WHERE id = $7",
-                merged["value"],
-                merged["evidence"],
-                merged["subject"],
-                merged["key"],
-                norm_key,
-                now_iso(),
-                memory_id,
+                (
+                    merged["value"],
+                    merged["evidence"],
+                    merged["subject"],
+                    merged["key"],
+                    norm_key,
+                    now_iso(),
+                    memory_id,
+                ),
             )
-            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", memory_id)
+            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", (memory_id,))
             await self._index_memory(await self._row(memory_id))
             # Only the places are recorded, never the text that went.
             await self._history(memory_id, "redact", "forget", new={"redacted": sorted(changes)})
@@ -176,9 +183,9 @@ class PgScrubOps:
         )
         for key, value in plan.meta.items():
             await self._set_meta(key, value)
-        await self.db.execute("DELETE FROM entities WHERE id = ANY($1::bigint[])", plan.entities)
+        await self.db.execute("DELETE FROM entities WHERE id = ANY($1::bigint[])", (plan.entities,))
         await self.db.execute(
-            "DELETE FROM entity_aliases WHERE norm = ANY($1::text[])", plan.aliases
+            "DELETE FROM entity_aliases WHERE norm = ANY($1::text[])", (plan.aliases,)
         )
         await self.db.executemany(
             "UPDATE reply_feedback SET note = $1 WHERE message_id = $2",
@@ -189,20 +196,19 @@ class PgScrubOps:
         from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS, tsv_sql
 
         row = await self.db.fetchone(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = $1", message_id
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = $1", (message_id,)
         )
         previous = await self.db.fetchone(
             f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND id < $2"
             " ORDER BY id DESC LIMIT 1",
-            row["session_id"],
-            message_id,
+            (row["session_id"], message_id),
         )
         body, context = message_documents(row, previous)
         await self.db.execute(
-            f"UPDATE messages SET tsv = {tsv_sql(2)} WHERE id = $1", message_id, body, context
+            f"UPDATE messages SET tsv = {tsv_sql(2)} WHERE id = $1", (message_id, body, context)
         )
         if relink:
-            await self.db.execute("DELETE FROM entity_links WHERE message_id = $1", message_id)
+            await self.db.execute("DELETE FROM entity_links WHERE message_id = $1", (message_id,))
             await self._link_entities("message_id", message_id, entity_names(row["content"]))
 
     # -- the server's free space -----------------------------------------------------------------
@@ -277,7 +283,7 @@ class PgScrubOps:
         return None
 
     async def _pending(self: PgMemoryStore) -> list[dict[str, Any]]:
-        raw = await self.db.scalar("SELECT value FROM meta WHERE key = $1", PENDING_KEY)
+        raw = await self.db.scalar("SELECT value FROM meta WHERE key = $1", (PENDING_KEY,))
         return json.loads(raw) if raw else []
 
     async def pending_scrubs(self: PgMemoryStore) -> list[dict[str, Any]]:
@@ -308,7 +314,7 @@ class PgScrubOps:
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE kind IN ('episode', 'reflection')"
                 " AND strpos(value, $1) > 0 ORDER BY id",
-                MARKER,
+                (MARKER,),
             )
         return [Memory.from_row(r) for r in rows]
 
@@ -318,17 +324,15 @@ class PgScrubOps:
 
         async with self.db.transaction():
             row = await self.db.fetchone(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = $1 FOR UPDATE", memory_id
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = $1 FOR UPDATE", (memory_id,)
             )
             if row is None or row["value"] != was or row["kind"] not in _SUMMARY_KINDS:
                 return False
             await self.db.execute(
                 "UPDATE memories SET value = $1, updated_at = $2 WHERE id = $3",
-                text,
-                now_iso(),
-                memory_id,
+                (text, now_iso(), memory_id),
             )
-            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", memory_id)
+            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", (memory_id,))
             await self._index_memory(await self._row(memory_id))
             await self._history(
                 memory_id, "rewrite", "forget", old={"value": was}, new={"value": text}

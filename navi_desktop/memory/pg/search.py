@@ -116,12 +116,14 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
                     " websearch_to_tsquery('english', $3), $4) w"
                     f" JOIN {target.table} {a} ON {a}.id = w.id WHERE {cond}"
                     f" ORDER BY w.rank DESC, {a}.id DESC LIMIT $5",
-                    target.table,
-                    self.user_id,
-                    " or ".join(kept),  # any term may match
-                    BM25_ROW_BUDGET,
-                    self.tuning.depth,
-                    *params,
+                    (
+                        target.table,
+                        self.user_id,
+                        " or ".join(kept),
+                        BM25_ROW_BUDGET,
+                        self.tuning.depth,
+                        *params,
+                    ),
                 )
             else:  # a scan of the profile's rows, each match ranked (see word_matches)
                 cond = numbered(where, 3)
@@ -129,9 +131,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
                     f"SELECT {a}.id, ts_rank_cd('{{0, 0, 0.5, 1}}', {a}.tsv, q) AS s"
                     f" FROM {target.table} {a}, websearch_to_tsquery('english', $1) q"
                     f" WHERE {a}.tsv @@ q AND {cond} ORDER BY s DESC, {a}.id DESC LIMIT $2",
-                    " or ".join(terms),
-                    self.tuning.depth,
-                    *params,
+                    (" or ".join(terms), self.tuning.depth, *params),
                 )
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         hits.sort(key=lambda h: -h[1])
@@ -146,10 +146,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
                 "SELECT t, word_match_count($2, $3, q, $4)"
                 " FROM unnest($1::text[]) AS t, websearch_to_tsquery('english', t) AS q"
                 " WHERE numnode(q) > 0",
-                terms,
-                table,
-                self.user_id,
-                cap,
+                (terms, table, self.user_id, cap),
             )
             counts = [(int(r[1]), r[0]) for r in rows]
             if len(counts) < 2 or min(n for n, _ in counts) < cap:
@@ -181,9 +178,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         rows = await self.db.fetchall(
             f"SELECT id, n FROM (SELECT {a}.id, {hits} AS n FROM {target.table} {a}"
             f" WHERE {cond}) found WHERE n > 0 ORDER BY n DESC, id DESC LIMIT $1",
-            self.tuning.depth,
-            *patterns,
-            *params,
+            (self.tuning.depth, *patterns, *params),
         )
         return [((target.kind, r[0]), float(r[1])) for r in rows]
 
@@ -201,7 +196,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
             "SELECT e.id, (SELECT count(*) FROM entity_links l WHERE l.entity_id = e.id) AS n"
             " FROM entities e WHERE e.norm = ANY($1::text[]) OR e.id IN"
             " (SELECT entity_id FROM entity_aliases WHERE norm = ANY($1::text[]))",
-            list(grams),
+            (list(grams),),
         )
         named = [r for r in named if r["n"] > 0]
         if not named:
@@ -228,9 +223,9 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
                 " ORDER BY r.s DESC, r.id DESC LIMIT $3"
             )
             depth = self.tuning.depth
-            rows = await self.db.fetchall(sql, ids, weights, depth, 4 * depth, *params)
+            rows = await self.db.fetchall(sql, (ids, weights, depth, 4 * depth, *params))
             if len(rows) < depth:  # LIMIT NULL: every linked row
-                rows = await self.db.fetchall(sql, ids, weights, depth, None, *params)
+                rows = await self.db.fetchall(sql, (ids, weights, depth, None, *params))
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         hits.sort(key=lambda h: -h[1])
         return hits[: self.tuning.depth]
@@ -248,7 +243,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         if columns == "*":
             columns = MEMORY_COLUMNS if table == "memories" else _MESSAGE_COLUMNS
         return await self.db.fetchall(
-            f"SELECT {columns} FROM {table} WHERE id = ANY($1::bigint[])", ids
+            f"SELECT {columns} FROM {table} WHERE id = ANY($1::bigint[])", (ids,)
         )
 
 

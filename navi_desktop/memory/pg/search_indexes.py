@@ -45,7 +45,7 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
     import asyncpg
 
     name = f"embeddings_hnsw_{dim}"
-    if await db.scalar("SELECT 1 FROM pg_indexes WHERE indexname = $1", name):
+    if await db.scalar("SELECT 1 FROM pg_indexes WHERE indexname = $1", (name,)):
         return True
     try:
         async with db.transaction():
@@ -134,7 +134,7 @@ async def word_matches(db: PgDatabase) -> bool:
         " WHERE p.oid = to_regprocedure($1)"
     )
     signature = f"{SCHEMA}.word_matches(text, bigint, tsquery, integer)"
-    if await db.scalar(owner_bypasses, signature):
+    if await db.scalar(owner_bypasses, (signature,)):
         return True
     if not await db.scalar(
         "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
@@ -149,4 +149,4 @@ async def word_matches(db: PgDatabase) -> bool:
     # Another daemon creating them at this moment: "tuple concurrently updated" (XX000).
     except (asyncpg.UniqueViolationError, asyncpg.InternalServerError) as exc:
         log.info("word search functions not created now: %s", exc)
-    return bool(await db.scalar(owner_bypasses, signature))
+    return bool(await db.scalar(owner_bypasses, (signature,)))

@@ -20,9 +20,9 @@ class PgSessionAdminOps:
         vectors, entity links and ledger rows go by cascade). Returns how many messages went."""
         async with self.db.transaction():
             count = await self.db.scalar(
-                "SELECT count(*) FROM messages WHERE session_id = $1", session_id
+                "SELECT count(*) FROM messages WHERE session_id = $1", (session_id,)
             )
-            gone = await self.db.execute("DELETE FROM sessions WHERE id = $1", session_id)
+            gone = await self.db.execute("DELETE FROM sessions WHERE id = $1", (session_id,))
             if not rowcount(gone):
                 raise InvalidInput(f"no session with id {session_id!r}")
             await self._drop_orphan_entities()
@@ -38,23 +38,22 @@ class PgSessionAdminOps:
             row = await self.db.fetchone(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
                 " AND role = 'user' ORDER BY id DESC LIMIT 1",
-                session_id,
+                (session_id,),
             )
             if row is None:
                 raise InvalidInput(f"session {session_id!r} has no message to answer again")
             gone = await self.db.execute(
-                "DELETE FROM messages WHERE session_id = $1 AND id > $2", session_id, row["id"]
+                "DELETE FROM messages WHERE session_id = $1 AND id > $2", (session_id, row["id"])
             )
             if rowcount(gone):
                 await self._drop_orphan_entities()
             # The new answer records what it was given; the old ledger described the old reply.
-            await self.db.execute("DELETE FROM injections WHERE message_id = $1", row["id"])
+            await self.db.execute("DELETE FROM injections WHERE message_id = $1", (row["id"],))
             # Identity values are never reused here, but the watermark must not pass the user
             # message either way: the session end would skip the new reply.
             await self.db.execute(
                 "UPDATE sessions SET processed_upto = least(processed_upto, $1) WHERE id = $2",
-                row["id"],
-                session_id,
+                (row["id"], session_id),
             )
         return Message.from_row(row)
 

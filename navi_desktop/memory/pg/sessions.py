@@ -34,9 +34,7 @@ class PgSessionOps:
                 " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > $1)"
                 " THEN 'open' ELSE 'ended' END, ended_at = $2, pending_reason = NULL,"
                 " attempts = 0, next_attempt_at = NULL WHERE id = $3",
-                upto,
-                now_iso(),
-                session_id,
+                (upto, now_iso(), session_id),
             )
         )
 
@@ -63,7 +61,7 @@ class PgSessionOps:
             w.memory.check()
         async with self.db.transaction():
             done_upto = await self.db.scalar(
-                "SELECT processed_upto FROM sessions WHERE id = $1 FOR UPDATE", session_id
+                "SELECT processed_upto FROM sessions WHERE id = $1 FOR UPDATE", (session_id,)
             )
             if done_upto is None:
                 raise InvalidInput(f"no session with id {session_id!r}")
@@ -97,12 +95,11 @@ class PgSessionOps:
             for row in await self.db.fetchall(
                 "SELECT id FROM memories WHERE kind = 'rule' AND status = 'active'"
                 " ORDER BY updated_at DESC, id DESC OFFSET $1",
-                max_rules,
+                (max_rules,),
             ):
                 await self.db.execute(
                     "UPDATE memories SET status = 'archived', updated_at = $2 WHERE id = $1",
-                    row["id"],
-                    now_iso(),
+                    (row["id"], now_iso()),
                 )
                 await self._history(
                     row["id"],
@@ -125,7 +122,7 @@ class PgSessionOps:
     ) -> Session:
         async with self.db.transaction():
             attempts = await self.db.scalar(
-                "SELECT attempts FROM sessions WHERE id = $1 FOR UPDATE", session_id
+                "SELECT attempts FROM sessions WHERE id = $1 FOR UPDATE", (session_id,)
             )
             if attempts is None:
                 raise InvalidInput(f"no session with id {session_id!r}")
@@ -133,9 +130,7 @@ class PgSessionOps:
             await self.db.execute(
                 "UPDATE sessions SET state = 'pending', pending_reason = $1,"
                 " attempts = attempts + 1, next_attempt_at = $2 WHERE id = $3",
-                reason[:500],
-                iso(datetime.now(UTC) + timedelta(seconds=delay)),
-                session_id,
+                (reason[:500], iso(datetime.now(UTC) + timedelta(seconds=delay)), session_id),
             )
         return await self.get_session(session_id)
 
@@ -151,9 +146,7 @@ class PgSessionOps:
                 " (s.state = 'pending' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= $1))"
                 " OR (s.state != 'pending' AND ($2 OR s.last_active_at <= $3)))"
                 " ORDER BY s.last_active_at",
-                now_iso(),
-                include_open,
-                idle_before or "",
+                (now_iso(), include_open, idle_before or ""),
             )
         return [Session.from_row(r) for r in rows]
 
@@ -167,7 +160,7 @@ class PgSessionOps:
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE kind = 'episode'"
                 " AND status = 'active' AND session_id IS DISTINCT FROM $1"
                 " ORDER BY created_at DESC, id DESC LIMIT 1",
-                exclude_session,
+                (exclude_session,),
             )
         return Memory.from_row(row) if row else None
 
@@ -198,7 +191,7 @@ class PgSessionOps:
             raise InvalidInput("a session title cannot be empty")
         async with self.db.transaction():
             changed = await self.db.execute(
-                "UPDATE sessions SET title = $1 WHERE id = $2", title[:200], session_id
+                "UPDATE sessions SET title = $1 WHERE id = $2", (title[:200], session_id)
             )
             if not rowcount(changed):
                 raise InvalidInput(f"no session with id {session_id!r}")
@@ -237,8 +230,7 @@ class PgSessionOps:
                         f"SELECT {columns} FROM {table} t WHERE {where} NOT EXISTS (SELECT 1"
                         f" FROM embeddings e WHERE e.{column} = t.id AND e.model = $1)"
                         " ORDER BY id LIMIT $2",
-                        model,
-                        size,
+                        (model, size),
                     )
                 if not rows:
                     break
@@ -248,7 +240,7 @@ class PgSessionOps:
                     # a row changed or gone while we embedded keeps no stale vector
                     now = await self.db.fetchall(
                         f"SELECT {columns} FROM {table} WHERE id = ANY($1::bigint[])",
-                        [r["id"] for r in rows],
+                        ([r["id"] for r in rows],),
                     )
                     current = {r["id"]: render(r) for r in now}
                     await self.db.executemany(
@@ -263,7 +255,7 @@ class PgSessionOps:
                 done += len(rows)
         if await self.missing_embeddings() == 0:  # every text has the current model's vector
             async with self.db.transaction():
-                await self.db.execute("DELETE FROM embeddings WHERE model != $1", model)
+                await self.db.execute("DELETE FROM embeddings WHERE model != $1", (model,))
         return done
 
 

@@ -24,8 +24,7 @@ class PgStateOps:
         history (inside a transaction)."""
         await self.db.execute(
             "UPDATE memories SET status = 'archived', updated_at = $1 WHERE id = $2",
-            now_iso(),
-            memory_id,
+            (now_iso(), memory_id),
         )
         await self._history(
             memory_id,
@@ -47,7 +46,7 @@ class PgStateOps:
             row = await self._row(memory_id)
             check_status(row, memory_id, action, allowed)
             await self.db.execute(
-                f"UPDATE memories SET {sql}, updated_at = $1 WHERE id = $2", now_iso(), memory_id
+                f"UPDATE memories SET {sql}, updated_at = $1 WHERE id = $2", (now_iso(), memory_id)
             )
             new = await self._row(memory_id)
             await self._history(
@@ -77,8 +76,7 @@ class PgStateOps:
             await self.db.execute(
                 "UPDATE memories SET status = 'active', review_reason = NULL, updated_at = $1"
                 " WHERE id = $2",
-                now_iso(),
-                memory_id,
+                (now_iso(), memory_id),
             )
             await self._history(
                 memory_id, "accept", actor, old={"status": "held"}, new={"status": "active"}
@@ -94,9 +92,7 @@ class PgStateOps:
         others = await self.db.fetchall(
             "SELECT id FROM memories WHERE kind = $1 AND norm_key = $2 AND status = 'active'"
             " AND id != $3 ORDER BY id",
-            row["kind"],
-            row["norm_key"],
-            row["id"],
+            (row["kind"], row["norm_key"], row["id"]),
         )
         for other in others:
             await self._supersede(other["id"], row["id"], "extraction")
@@ -110,8 +106,7 @@ class PgStateOps:
             await self.db.execute(
                 "UPDATE memories SET pinned = 1, strength = 1.0, confidence = 1.0,"
                 " last_verified_at = $1, updated_at = $1 WHERE id = $2",
-                now,
-                memory_id,
+                (now, memory_id),
             )
             fields = ("pinned", "confidence", "last_verified_at")
             await self._history(
@@ -153,21 +148,16 @@ class PgStateOps:
                 clash = await self.db.scalar(
                     "SELECT id FROM memories WHERE norm_key = $1 AND kind = $2 AND id != $3"
                     " AND status IN ('active', 'held') LIMIT 1",
-                    norm_key,
-                    row["kind"],
-                    memory_id,
+                    (norm_key, row["kind"], memory_id),
                 )
                 check_clash(clash, norm_key)
             sets = ", ".join(f"{k} = ${n}" for n, k in enumerate(changed, start=4))
             await self.db.execute(
                 f"UPDATE memories SET {sets}, norm_key = $1, updated_at = $2 WHERE id = $3",
-                norm_key,
-                now_iso(),
-                memory_id,
-                *changed.values(),
+                (norm_key, now_iso(), memory_id, *changed.values()),
             )
             if set(changed) - {"expires_at"}:  # the text changed: so do its index entries
-                await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", memory_id)
+                await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", (memory_id,))
                 await self._index_memory(await self._row(memory_id))
             await self._history(
                 memory_id, "edit", actor, old={k: row[k] for k in changed}, new=changed

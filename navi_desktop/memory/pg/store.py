@@ -123,17 +123,16 @@ class PgMemoryStore(
 
     async def get_meta(self, key: str) -> str | None:
         async with self.db.reading():
-            return await self.db.scalar("SELECT value FROM meta WHERE key = $1", key)
+            return await self.db.scalar("SELECT value FROM meta WHERE key = $1", (key,))
 
     async def _set_meta(self, key: str, value: str | None) -> None:
         if value is None:
-            await self.db.execute("DELETE FROM meta WHERE key = $1", key)
+            await self.db.execute("DELETE FROM meta WHERE key = $1", (key,))
         else:
             await self.db.execute(
                 "INSERT INTO meta (key, value) VALUES ($1, $2)"
                 " ON CONFLICT (user_id, key) DO UPDATE SET value = excluded.value",
-                key,
-                value,
+                (key, value),
             )
 
     async def set_meta(self, key: str, value: str | None) -> None:
@@ -151,9 +150,7 @@ class PgMemoryStore(
             added = await self.db.execute(
                 "INSERT INTO sessions (id, title, created_at, last_active_at)"
                 " VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING",
-                sid,
-                title,
-                when,
+                (sid, title, when),
             )
             if not rowcount(added):
                 raise InvalidInput(f"session {sid!r} already exists")
@@ -162,7 +159,7 @@ class PgMemoryStore(
     async def get_session(self, session_id: str) -> Session:
         async with self.db.reading():
             row = await self.db.fetchone(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", session_id
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", (session_id,)
             )
         if row is None:
             raise NotFound(f"no session with id {session_id!r}")
@@ -174,8 +171,7 @@ class PgMemoryStore(
                 f"SELECT {_SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
                 " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
                 " AS preview FROM sessions ORDER BY last_active_at DESC LIMIT $1 OFFSET $2",
-                limit,
-                offset,
+                (limit, offset),
             )
         return [Session.from_row(r) for r in rows]
 
@@ -197,29 +193,30 @@ class PgMemoryStore(
             touched = await self.db.execute(
                 "UPDATE sessions SET last_active_at = $1,"
                 " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = $2",
-                when,
-                session_id,
+                (when, session_id),
             )
             if not rowcount(touched):
                 raise NotFound(f"no session with id {session_id!r}")
             previous = await self.db.fetchone(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
                 " ORDER BY id DESC LIMIT 1",
-                session_id,
+                (session_id,),
             )
             draft = {"name": name, "role": role, "content": content, "created_at": when}
             body, context = message_documents(draft, previous)
             row = await self.db.fetchone(
                 "INSERT INTO messages (session_id, role, name, content, created_at, meta, tsv)"
                 f" VALUES ($1, $2, $3, $4, $5, $6, {tsv_sql(7)}) RETURNING {_MESSAGE_COLUMNS}",
-                session_id,
-                role,
-                name,
-                content,
-                when,
-                json.dumps(meta) if meta else None,
-                body,
-                context,
+                (
+                    session_id,
+                    role,
+                    name,
+                    content,
+                    when,
+                    json.dumps(meta) if meta else None,
+                    body,
+                    context,
+                ),
             )
             await self._link_entities("message_id", row["id"], entity_names(content))
         return Message.from_row(row)
@@ -232,9 +229,7 @@ class PgMemoryStore(
             rows = await self.db.fetchall(
                 f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
                 " AND id > $2 ORDER BY id DESC LIMIT $3) m ORDER BY id",
-                session_id,
-                after_id,
-                last,
+                (session_id, after_id, last),
             )
         return [Message.from_row(r) for r in rows]
 
@@ -243,13 +238,13 @@ class PgMemoryStore(
     async def _index_memory(self, row: Any) -> None:
         text, evidence = memory_document(row)
         await self.db.execute(
-            f"UPDATE memories SET tsv = {tsv_sql(2)} WHERE id = $1", row["id"], text, evidence
+            f"UPDATE memories SET tsv = {tsv_sql(2)} WHERE id = $1", (row["id"], text, evidence)
         )
         names = entity_names(row["value"])
         subject = normalize(row["subject"] or "")
         if subject and subject not in {"user", "i", "me", "the user"}:
             names.insert(0, subject)
-        await self.db.execute("DELETE FROM entity_links WHERE memory_id = $1", row["id"])
+        await self.db.execute("DELETE FROM entity_links WHERE memory_id = $1", (row["id"],))
         await self._link_entities("memory_id", row["id"], names)
 
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
@@ -261,16 +256,14 @@ class PgMemoryStore(
             "INSERT INTO entities (name, norm) SELECT n, m FROM unnest($1::text[], $2::text[])"
             " AS t(n, m) WHERE NOT EXISTS (SELECT 1 FROM entity_aliases a WHERE a.norm = t.m)"
             " ON CONFLICT DO NOTHING",
-            [p[0] for p in pairs],
-            [p[1] for p in pairs],
+            ([p[0] for p in pairs], [p[1] for p in pairs]),
         )
         await self.db.execute(
             f"INSERT INTO entity_links (entity_id, {column}) SELECT DISTINCT"
             " coalesce((SELECT entity_id FROM entity_aliases a WHERE a.norm = t.m),"
             " (SELECT id FROM entities e WHERE e.norm = t.m)), $2::bigint"
             " FROM unnest($1::text[]) AS t(m) ON CONFLICT DO NOTHING",
-            [p[1] for p in pairs],
-            owner_id,
+            ([p[1] for p in pairs], owner_id),
         )
 
     async def _drop_orphan_entities(self) -> None:
@@ -303,23 +296,19 @@ async def _profile_row(db: PgDatabase, profile: str, owner: str | None, create: 
     async with db.transaction():
         owner = owner or await db.scalar("SELECT current_user")
         found = await db.scalar(
-            "SELECT id FROM users WHERE owner_role = $1 AND profile = $2", owner, profile
+            "SELECT id FROM users WHERE owner_role = $1 AND profile = $2", (owner, profile)
         )
         if found is None and create:
             found = await db.scalar(
                 "INSERT INTO users (profile, owner_role, created_at) VALUES ($1, $2, $3)"
                 " ON CONFLICT (owner_role, profile) DO UPDATE SET profile = excluded.profile"
                 " RETURNING id",
-                profile,
-                owner,
-                now_iso(),
+                (profile, owner, now_iso()),
             )
             await db.execute(
                 "INSERT INTO meta (user_id, key, value) VALUES ($1, 'created_at', $2),"
                 " ($1, 'tombstone_key', $3) ON CONFLICT DO NOTHING",
-                found,
-                now_iso(),
-                secrets.token_hex(32),
+                (found, now_iso(), secrets.token_hex(32)),
             )
         if found is None:
             raise NotFound(f"no profile {profile!r} of role {owner!r} on {db.shown}")

@@ -62,11 +62,7 @@ class PgVectorSearchOps:
                         f" FROM embeddings e JOIN {target.table} {a} ON {a}.id = e.{col}"
                         f" WHERE e.model = $2 AND e.dim = $3 AND {numbered(where, 5)}"
                         f" ORDER BY {distance} LIMIT $4",
-                        vector,
-                        self.embedder.model,
-                        dim,
-                        depth,
-                        *params,
+                        (vector, self.embedder.model, dim, depth, *params),
                     )
                     hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         hits.sort(key=lambda h: -h[1])
@@ -93,9 +89,9 @@ class PgVectorSearchOps:
                 f" WHERE {numbered(where, 7)} ORDER BY r.d, {a}.id LIMIT $4"
             )
             args = (vector, self.embedder.model, len(vector), depth, self.user_id)
-            rows = await self.db.fetchall(sql, *args, 4 * depth, *params)
+            rows = await self.db.fetchall(sql, (*args, 4 * depth, *params))
             if len(rows) < depth:  # LIMIT NULL: all of them
-                rows = await self.db.fetchall(sql, *args, None, *params)
+                rows = await self.db.fetchall(sql, (*args, None, *params))
             hits += [((target.kind, r[0]), float(r[1])) for r in rows]
         return hits
 
