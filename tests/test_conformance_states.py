@@ -9,7 +9,8 @@ from datetime import date, timedelta
 import pytest
 
 from navi_desktop.errors import InvalidInput, NotFound
-from navi_desktop.memory.facts import AWAITING_REPEAT
+from navi_desktop.memory.facts import AWAITING_REPEAT, NewMemory
+from navi_desktop.memory.sessions import SessionWrite
 
 
 async def fact(store, value: str, **fields) -> int:
@@ -193,3 +194,36 @@ async def test_edit_fixes_a_memory_in_place_and_refuses_what_it_may_not(any_stor
         await any_store.edit(cello, value="double bass")
     assert (await any_store.get(chess)).key == "game"  # the refusals changed nothing
     assert (await any_store.get(cello)).value == "cello"
+
+
+async def test_a_session_end_promotes_a_waiting_candidate_once(any_store):
+    """Both backends run one commit: a candidate that waited for a repetition and is said
+    again becomes current and replaces the value it contradicted; the same end committed
+    twice (a second daemon, a retry) learns nothing twice; an unknown session is refused."""
+    await any_store.create_session(session_id="s1")
+    first = (await any_store.save_message("s1", "user", "I live in Paris")).id
+    paris = await fact(any_store, "Paris", category="profile", subject="user", key="city")
+    waiting = await fact(
+        any_store,
+        "Berlin",
+        category="profile",
+        subject="user",
+        key="city",
+        status="held",
+        review_reason=AWAITING_REPEAT,
+    )
+    again = NewMemory(
+        value="Berlin", category="profile", subject="user", key="city", source="conversation"
+    )
+    end = [SessionWrite("strengthen", again, target_id=waiting)]
+
+    done = await any_store.commit_session("s1", first, end, None)
+    assert done.ids == {"strengthened": [waiting], "promoted": [waiting]}
+    assert (await any_store.get(waiting)).status == "active"
+    assert (await any_store.get(paris)).status == "superseded"
+    assert (await any_store.get_session("s1")).processed_upto == first
+
+    assert (await any_store.commit_session("s1", first, end, None)).ids == {}
+    assert (await any_store.get(waiting)).mentions == 2  # strengthened once, not twice
+    with pytest.raises(InvalidInput, match="no session with id 'nope'"):
+        await any_store.commit_session("nope", first, end, None)

@@ -11,7 +11,7 @@ import pytest
 from navi_desktop.errors import NotFound
 from navi_desktop.memory import NewMemory
 from navi_desktop.memory.pg import PgMemoryStore, StorageUnavailable, shown
-from navi_desktop.memory.pg.db import PgDatabase
+from navi_desktop.memory.pg.db import PgDatabase, dollars
 from navi_desktop.memory.pg.schema import migrate
 from navi_desktop.memory.pg.store import watch_changes
 from navi_desktop.memory.sessions import SessionWrite
@@ -262,3 +262,27 @@ async def test_a_small_profile_on_a_shared_server_keeps_its_nearest_vectors(pg_d
                     found = await small._pg_knn(vector, filters)
                     await small.db.execute("RESET enable_sort")
                 assert {key[1] for key, _ in found} == mine, exact
+
+
+def test_sqlite_placeholders_are_numbered_as_sqlite_numbers_them():
+    assert dollars("a = ? AND b = ?") == "a = $1 AND b = $2"
+    assert dollars("x = ?2 AND y = ?1 AND z = ?") == "x = $2 AND y = $1 AND z = $3"
+    assert dollars("a = $1 AND b = ?") == "a = $1 AND b = $2"  # $n stays, and counts
+    assert dollars("note = '?' AND id = ?") == "note = '?' AND id = $1"
+    assert dollars("note = 'it''s ?' AND id = ?") == "note = 'it''s ?' AND id = $1"
+    assert dollars("SELECT 1") == "SELECT 1"
+
+
+async def test_a_statement_written_the_files_way_runs_on_the_server(pg_dsn):
+    db = await PgDatabase.connect(pg_dsn, max_size=1)
+    try:
+        async with db.reading():
+            assert await db.scalar("SELECT ?::text || '?' || ?1::text", ("a",)) == "a?a"
+            rows = await db.fetchall("SELECT x FROM unnest(?::int[]) x WHERE x > ?", ([1, 5], 2))
+            assert [r[0] for r in rows] == [5]
+        async with db.transaction():
+            await db.execute("CREATE TEMP TABLE t (x int)")
+            await db.executemany("INSERT INTO t VALUES (?)", [(1,), (2,), (3,)])
+            assert await db.execute("DELETE FROM t WHERE x >= ?", (2,)) == 2  # rows touched
+    finally:
+        await db.close()

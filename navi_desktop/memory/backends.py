@@ -10,7 +10,13 @@ from navi_desktop.errors import StorageUnavailable
 if TYPE_CHECKING:
     from navi_desktop.config import MemorySettings
     from navi_desktop.memory.embedders import Embedder
+    from navi_desktop.memory.pg.store import PgMemoryStore
+    from navi_desktop.memory.store import MemoryStore
     from navi_desktop.paths import Paths
+
+    # What code both backends run is written for: the engine API, and a database that takes
+    # SQLite's placeholders (the server's numbers them for PostgreSQL).
+    Store = MemoryStore | PgMemoryStore
 
 NEEDS_EXTRA = (
     "[memory] backend = 'postgres' needs the PostgreSQL client:"

@@ -13,7 +13,7 @@ from navi_desktop.memory.models import Memory
 from navi_desktop.memory.textproc import normalize, normalize_key
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
 
 
 def correction(old: Any, memory_id: int, value: str, evidence: str | None) -> NewMemory:
@@ -79,7 +79,7 @@ def check_clash(clash: int | None, norm_key: str) -> None:
 
 class EditOps:
     async def correct(
-        self: MemoryStore,
+        self: Store,
         memory_id: int,
         value: str,
         *,
@@ -93,9 +93,7 @@ class EditOps:
             await self._supersede(memory_id, new_id, actor)
             return Memory.from_row(await self._row(new_id))
 
-    async def edit(
-        self: MemoryStore, memory_id: int, *, actor: str = "user", **changes: Any
-    ) -> Memory:
+    async def edit(self: Store, memory_id: int, *, actor: str = "user", **changes: Any) -> Memory:
         """Fix a memory in place (a typo, a better category, when it expires: None for never);
         the old values go to history."""
         changes = check_edit(changes)
@@ -107,7 +105,7 @@ class EditOps:
             if norm_key and norm_key != row["norm_key"]:
                 clash = await self.db.scalar(
                     "SELECT id FROM memories WHERE norm_key = ? AND kind = ? AND id != ?"
-                    " AND status IN ('active', 'held')",
+                    " AND status IN ('active', 'held') LIMIT 1",
                     (norm_key, row["kind"], memory_id),
                 )
                 check_clash(clash, norm_key)

@@ -14,9 +14,13 @@ from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, HistoryEntry,
 from navi_desktop.memory.textproc import normalize, normalize_key
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
 
 # A held memory with this reason is committed when the same fact comes up again.
+# A memory's and a history entry's columns, named: the server's tables carry more (the owner,
+# the words' vector), and a row must read the same from either backend.
+MEMORY_COLUMNS = ", ".join(Memory.__dataclass_fields__) + ", norm_key"
+HISTORY_COLUMNS = ", ".join(HistoryEntry.__dataclass_fields__)
 AWAITING_REPEAT = "uncertain: kept until it comes up again"
 EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence", "expires_at")
 _SNAPSHOT = (
@@ -150,8 +154,12 @@ def restated_expiry(row: Any, item: NewMemory) -> tuple[str | None] | None:
 
 
 class FactOps:
+    # How a memory without a key finds one with the same text (any case): an index on the
+    # file's memories (kind, value COLLATE NOCASE) serves this; the server indexes lower(value).
+    SAME_VALUE = "value = ? COLLATE NOCASE"
+
     async def _history(
-        self: MemoryStore,
+        self: Store,
         memory_id: int,
         action: str,
         actor: str,
@@ -173,51 +181,55 @@ class FactOps:
             ),
         )
 
-    async def _row(self: MemoryStore, memory_id: int) -> Any:
-        row = await self.db.fetchone("SELECT * FROM memories WHERE id = ?", (memory_id,))
+    async def _row(self: Store, memory_id: int) -> Any:
+        row = await self.db.fetchone(
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE id = ?", (memory_id,)
+        )
         if row is None:
             raise NotFound(f"no memory with id {memory_id}")
         return row
 
-    async def get(self: MemoryStore, memory_id: int) -> Memory:
+    async def get(self: Store, memory_id: int) -> Memory:
         async with self.db.reading():
             return Memory.from_row(await self._row(memory_id))
 
-    async def versions(self: MemoryStore, memory_id: int) -> list[Memory]:
+    async def versions(self: Store, memory_id: int) -> list[Memory]:
         """The earlier versions this memory replaced, newest first."""
         async with self.db.reading():
             await self._row(memory_id)
             rows = await self._older_versions(memory_id)
         return [Memory.from_row(r) for r in rows]
 
-    async def _older_versions(self: MemoryStore, memory_id: int) -> list[Any]:
+    async def _older_versions(self: Store, memory_id: int) -> list[Any]:
         """Rows of every version ``memory_id`` replaced, directly or not, nearest first."""
         return await self.db.fetchall(
             "WITH RECURSIVE older(id, depth) AS ("
             " SELECT id, 1 FROM memories WHERE superseded_by = ?"
             " UNION SELECT m.id, older.depth + 1 FROM memories m"
             " JOIN older ON m.superseded_by = older.id WHERE older.depth < 1000)"
-            " SELECT memories.* FROM older JOIN memories USING (id) ORDER BY depth",
+            f" SELECT {', '.join('m.' + c for c in MEMORY_COLUMNS.split(', '))}"
+            " FROM older JOIN memories m USING (id) ORDER BY depth",
             (memory_id,),
         )
 
-    async def history(self: MemoryStore, memory_id: int) -> list[HistoryEntry]:
+    async def history(self: Store, memory_id: int) -> list[HistoryEntry]:
         async with self.db.reading():
             await self._row(memory_id)
             rows = await self.db.fetchall(
-                "SELECT * FROM memory_history WHERE memory_id = ? ORDER BY id", (memory_id,)
+                f"SELECT {HISTORY_COLUMNS} FROM memory_history WHERE memory_id = ? ORDER BY id",
+                (memory_id,),
             )
         return [HistoryEntry.from_row(r) for r in rows]
 
     # -- add / upsert --------------------------------------------------------------------------
 
     async def add_memory(
-        self: MemoryStore, value: str, *, actor: str = "user", **fields: Any
+        self: Store, value: str, *, actor: str = "user", **fields: Any
     ) -> WriteResult:
         return (await self.add_memories([NewMemory(value=value, **fields)], actor=actor))[0]
 
     async def add_memories(
-        self: MemoryStore, batch: list[NewMemory], *, actor: str = "user"
+        self: Store, batch: list[NewMemory], *, actor: str = "user"
     ) -> list[WriteResult]:
         """Write a batch in one transaction: all of it lands, or (on any error) none of it.
         An expiry given here must be ahead (extraction and imports may carry past ones)."""
@@ -228,7 +240,7 @@ class FactOps:
         async with self.db.transaction():
             return [await self._upsert(item, actor) for item in batch]
 
-    async def _upsert(self: MemoryStore, item: NewMemory, actor: str) -> WriteResult:
+    async def _upsert(self: Store, item: NewMemory, actor: str) -> WriteResult:
         value, norm_key = item.value.strip(), item.norm_key
         if await self._tombstoned(item.kind, norm_key, value) or await self._forgotten_phrase(
             [value, item.evidence]
@@ -251,18 +263,16 @@ class FactOps:
             )
         return WriteResult("added", Memory.from_row(await self._row(new_id)))
 
-    async def _strengthen(
-        self: MemoryStore, row: Any, confidence: float, actor: str
-    ) -> WriteResult:
+    async def _strengthen(self: Store, row: Any, confidence: float, actor: str) -> WriteResult:
         """The same memory again: more mentions, full strength; a candidate that was waiting
         for a repetition becomes active."""
         promote = row["status"] == "held" and row["review_reason"] == AWAITING_REPEAT
         await self.db.execute(
             "UPDATE memories SET mentions = mentions + 1, strength = 1.0,"
-            " confidence = max(confidence, ?), updated_at = ?,"
-            " status = CASE WHEN ? THEN 'active' ELSE status END,"
-            " review_reason = CASE WHEN ? THEN NULL ELSE review_reason END WHERE id = ?",
-            (confidence, now_iso(), promote, promote, row["id"]),
+            " confidence = CASE WHEN confidence < ?1 THEN ?1 ELSE confidence END, updated_at = ?,"
+            " status = CASE WHEN ?3 THEN 'active' ELSE status END,"
+            " review_reason = CASE WHEN ?3 THEN NULL ELSE review_reason END WHERE id = ?",
+            (float(confidence), now_iso(), promote, row["id"]),
         )
         new: dict[str, Any] = {"mentions": row["mentions"] + 1}
         if promote:
@@ -271,7 +281,7 @@ class FactOps:
         await self._history(row["id"], "strengthen", actor, new=new)
         return WriteResult("strengthened", Memory.from_row(await self._row(row["id"])))
 
-    async def _restated_expiry(self: MemoryStore, row: Any, item: NewMemory, actor: str) -> None:
+    async def _restated_expiry(self: Store, row: Any, item: NewMemory, actor: str) -> None:
         change = restated_expiry(row, item)
         if change is None:
             return
@@ -287,19 +297,19 @@ class FactOps:
         )
 
     async def strengthen(
-        self: MemoryStore, memory_id: int, *, confidence: float = 0.0, actor: str = "extraction"
+        self: Store, memory_id: int, *, confidence: float = 0.0, actor: str = "extraction"
     ) -> WriteResult:
         async with self.db.transaction():
             return await self._strengthen(await self._row(memory_id), confidence, actor)
 
     async def _current_match(
-        self: MemoryStore, kind: str, norm_key: str | None, value: str
+        self: Store, kind: str, norm_key: str | None, value: str
     ) -> Any | None:
         """The live memory this one would duplicate or replace: one with the same key, or for
         a memory without a key (rules, summaries), one with the same text."""
         if norm_key:
             rows = await self.db.fetchall(
-                "SELECT * FROM memories WHERE norm_key = ? AND kind = ?"
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE norm_key = ? AND kind = ?"
                 " AND status IN ('active', 'held') ORDER BY status = 'active' DESC, id DESC",
                 (norm_key, kind),
             )
@@ -310,8 +320,8 @@ class FactOps:
                     return row
             return rows[0] if rows and rows[0]["status"] == "active" else None
         candidates = await self.db.fetchall(
-            "SELECT * FROM memories WHERE norm_key IS NULL AND kind = ?"
-            " AND value = ? COLLATE NOCASE AND status IN ('active', 'held')",
+            f"SELECT {MEMORY_COLUMNS} FROM memories WHERE norm_key IS NULL AND kind = ?"
+            f" AND {self.SAME_VALUE} AND status IN ('active', 'held')",
             (kind, value),
         )
         for row in candidates:
@@ -319,11 +329,12 @@ class FactOps:
                 return row
         return None
 
-    async def _insert(self: MemoryStore, item: NewMemory, actor: str) -> int:
+    async def _insert(self: Store, item: NewMemory, actor: str) -> int:
         await self._check_source(item)
         values = item.values(now_iso())
-        new_id = await self.db.execute(
-            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({', '.join('?' * len(values))})",
+        new_id = await self.db.scalar(
+            f"INSERT INTO memories ({INSERT_COLUMNS}) VALUES ({', '.join('?' * len(values))})"
+            " RETURNING id",
             values,
         )
         row = await self._row(new_id)
@@ -332,7 +343,7 @@ class FactOps:
         await self._mark_profile_stale()
         return new_id
 
-    async def _check_source(self: MemoryStore, item: NewMemory) -> None:
+    async def _check_source(self: Store, item: NewMemory) -> None:
         """The session and messages a memory names must exist (and the messages be the
         session's): an unknown one is the caller's mistake, not a database error."""
         if item.session_id is not None and not await self.db.scalar(
@@ -353,17 +364,17 @@ class FactOps:
                     f"message {message_id} ({name}) is not in session {item.session_id!r}"
                 )
 
-    async def _supersede(self: MemoryStore, old_id: int, new_id: int, actor: str) -> None:
+    async def _supersede(self: Store, old_id: int, new_id: int, actor: str) -> None:
         now = now_iso()
         await self.db.execute(
-            "UPDATE memories SET status = 'superseded', valid_to = ?, superseded_by = ?,"
-            " updated_at = ? WHERE id = ?",
-            (now, new_id, now, old_id),
+            "UPDATE memories SET status = 'superseded', valid_to = ?1, superseded_by = ?2,"
+            " updated_at = ?1 WHERE id = ?3",
+            (now, new_id, old_id),
         )
         # Only ids cross between rows' histories: forgetting one version must not leave its
         # text in another's history.
         await self._history(old_id, "superseded", actor, new={"superseded_by": new_id})
         await self._history(new_id, "supersedes", actor, new={"supersedes": old_id})
 
-    async def _mark_profile_stale(self: MemoryStore) -> None:
+    async def _mark_profile_stale(self: Store) -> None:
         await self._set_meta("profile_summary_stale", "1")

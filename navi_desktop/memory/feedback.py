@@ -17,11 +17,12 @@ from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.clock import iso, now_iso
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
 
 FEEDBACK_DAYS = 180
 MAX_NOTE = 2000
 RATINGS = {"up": 1, "down": -1}
+FEEDBACK_COLUMNS = "message_id, session_id, turn_id, rating, note, at"
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def flagged(rows: list[Any]) -> dict[int, dict[str, Any]]:
 
 class FeedbackOps:
     async def rate_reply(
-        self: MemoryStore,
+        self: Store,
         session_id: str,
         rating: str,
         *,
@@ -121,31 +122,33 @@ class FeedbackOps:
             )
         return Rating(message_id, session_id, turn_id, rating, note, at)
 
-    async def rating_of(self: MemoryStore, message_id: int) -> Rating | None:
+    async def rating_of(self: Store, message_id: int) -> Rating | None:
         async with self.db.reading():
             row = await self.db.fetchone(
-                "SELECT * FROM reply_feedback WHERE message_id = ?", (message_id,)
+                f"SELECT {FEEDBACK_COLUMNS} FROM reply_feedback WHERE message_id = ?",
+                (message_id,),
             )
         return Rating.from_row(row) if row else None
 
-    async def ratings(self: MemoryStore, session_id: str) -> list[Rating]:
+    async def ratings(self: Store, session_id: str) -> list[Rating]:
         """A session's ratings, oldest first (the TUI marks rated replies)."""
         async with self.db.reading():
             rows = await self.db.fetchall(
-                "SELECT * FROM reply_feedback WHERE session_id = ? ORDER BY message_id",
+                f"SELECT {FEEDBACK_COLUMNS} FROM reply_feedback WHERE session_id = ?"
+                " ORDER BY message_id",
                 (session_id,),
             )
         return [Rating.from_row(r) for r in rows]
 
-    async def feedback_counts(self: MemoryStore) -> dict[str, int]:
+    async def feedback_counts(self: Store) -> dict[str, int]:
         async with self.db.reading():
             row = await self.db.fetchone(
-                "SELECT coalesce(sum(rating > 0), 0) AS up, coalesce(sum(rating < 0), 0) AS down"
-                " FROM reply_feedback"
+                "SELECT count(*) FILTER (WHERE rating > 0) AS up,"
+                " count(*) FILTER (WHERE rating < 0) AS down FROM reply_feedback"
             )
         return {"up": row["up"], "down": row["down"]}
 
-    async def flagged_memories(self: MemoryStore) -> dict[int, dict[str, Any]]:
+    async def flagged_memories(self: Store) -> dict[int, dict[str, Any]]:
         """Memories that went into down-rated replies: id → how many such replies, and the
         newest rating's time and note. For review only: nothing changes them automatically."""
         async with self.db.reading():
@@ -155,12 +158,12 @@ class FeedbackOps:
                 "  ON i2.message_id = f2.turn_id WHERE i2.memory_id = i.memory_id"
                 "  AND f2.rating < 0 ORDER BY f2.at DESC LIMIT 1) AS note"
                 " FROM reply_feedback f JOIN injections i ON i.message_id = f.turn_id"
-                " WHERE f.rating < 0 GROUP BY i.memory_id"
+                " WHERE f.rating < 0 GROUP BY i.memory_id ORDER BY i.memory_id"
             )
         return flagged(rows)
 
     async def purge_feedback(
-        self: MemoryStore, *, days: int = FEEDBACK_DAYS, now: datetime | None = None
+        self: Store, *, days: int = FEEDBACK_DAYS, now: datetime | None = None
     ) -> int:
         """Delete ratings older than ``days``; returns how many."""
         cutoff = feedback_cutoff(days, now)

@@ -33,10 +33,8 @@ from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPl
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.pg.store import PgMemoryStore
+    from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
-
-    Store = MemoryStore | PgMemoryStore
 
 log = logging.getLogger(__name__)
 SCOPES = ("everywhere", "evidence")

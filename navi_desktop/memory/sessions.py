@@ -8,14 +8,17 @@ from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import iso, now_iso
-from navi_desktop.memory.facts import NewMemory
+from navi_desktop.memory.facts import MEMORY_COLUMNS, NewMemory
 from navi_desktop.memory.models import Memory, Message, Session
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
 
 
 MAX_ACTIVE_RULES = 20
+SESSION_COLUMNS = (
+    "id, title, created_at, last_active_at, state, processed_upto, pending_reason, ended_at"
+)
 
 
 @dataclass(frozen=True)
@@ -40,8 +43,12 @@ class SessionCommit:
 
 
 class SessionOps:
+    # How a session's row is read before it changes: the server locks it (two daemons may end
+    # one session at once); the file's writes are already one at a time.
+    ROW_LOCK = ""
+
     async def commit_session(
-        self: MemoryStore,
+        self: Store,
         session_id: str,
         upto_message_id: int,
         writes: list[SessionWrite],
@@ -51,11 +58,19 @@ class SessionOps:
         max_rules: int = MAX_ACTIVE_RULES,
     ) -> SessionCommit:
         """Everything a session end learned, in one transaction with the watermark: a crash
-        leaves either all of it or none (and the session is processed again)."""
+        leaves either all of it or none (and the session is processed again). An end already
+        committed (by another daemon, on a server) commits nothing twice."""
         result = SessionCommit()
         for w in writes:
             w.memory.check()
         async with self.db.transaction():
+            done_upto = await self.db.scalar(
+                f"SELECT processed_upto FROM sessions WHERE id = ?{self.ROW_LOCK}", (session_id,)
+            )
+            if done_upto is None:
+                raise InvalidInput(f"no session with id {session_id!r}")
+            if done_upto >= upto_message_id:
+                return result
             for w in writes:
                 if w.action == "strengthen" and w.target_id is not None:
                     row = await self._row(w.target_id)
@@ -89,41 +104,42 @@ class SessionOps:
             await self._end_processing(session_id, upto_message_id)
         return result
 
-    async def _cap_rules(self: MemoryStore, max_rules: int) -> list[int]:
+    async def _cap_rules(self: Store, max_rules: int) -> list[int]:
         """Keep at most ``max_rules`` active rules: the oldest are archived, never dropped."""
-        rows = await self.db.fetchall(
+        rules = await self.db.fetchall(
             "SELECT id FROM memories WHERE kind = 'rule' AND status = 'active'"
-            " ORDER BY updated_at DESC, id DESC LIMIT -1 OFFSET ?",
-            (max_rules,),
+            " ORDER BY updated_at DESC, id DESC"
         )
+        rows = rules[max_rules:]
         for row in rows:
             await self._archive_by_system(row["id"], "active", "rule limit")
         return [r["id"] for r in rows]
 
-    async def unprocessed_messages(self: MemoryStore, session_id: str) -> list[Message]:
+    async def unprocessed_messages(self: Store, session_id: str) -> list[Message]:
         """Messages after the session's watermark: what the next session-end must process."""
         session = await self.get_session(session_id)
         return await self.messages(session_id, after_id=session.processed_upto)
 
-    async def mark_processed(self: MemoryStore, session_id: str, upto_message_id: int) -> None:
+    async def mark_processed(self: Store, session_id: str, upto_message_id: int) -> None:
         """Move the watermark and end the session (a later message reopens it)."""
         async with self.db.transaction():
             if not await self._end_processing(session_id, upto_message_id):
                 raise InvalidInput(f"no session with id {session_id!r}")
 
-    async def _end_processing(self: MemoryStore, session_id: str, upto_message_id: int) -> int:
+    async def _end_processing(self: Store, session_id: str, upto_message_id: int) -> int:
         """Move the watermark, clear the retry state and end the session, unless messages came
         after the watermark (then it stays open). Returns 0 for an unknown session."""
         return await self.db.execute(
-            "UPDATE sessions SET processed_upto = max(processed_upto, ?), state = CASE"
-            " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?)"
+            "UPDATE sessions SET processed_upto = CASE WHEN processed_upto > ?1"
+            " THEN processed_upto ELSE ?1 END, state = CASE"
+            " WHEN EXISTS (SELECT 1 FROM messages WHERE session_id = sessions.id AND id > ?1)"
             " THEN 'open' ELSE 'ended' END, ended_at = ?, pending_reason = NULL,"
             " attempts = 0, next_attempt_at = NULL WHERE id = ?",
-            (upto_message_id, upto_message_id, now_iso(), session_id),
+            (upto_message_id, now_iso(), session_id),
         )
 
     async def mark_pending(
-        self: MemoryStore,
+        self: Store,
         session_id: str,
         reason: str,
         *,
@@ -133,7 +149,7 @@ class SessionOps:
         """Processing failed: keep the session pending with its reason, retry with backoff."""
         async with self.db.transaction():
             attempts = await self.db.scalar(
-                "SELECT attempts FROM sessions WHERE id = ?", (session_id,)
+                f"SELECT attempts FROM sessions WHERE id = ?{self.ROW_LOCK}", (session_id,)
             )
             if attempts is None:
                 raise InvalidInput(f"no session with id {session_id!r}")
@@ -147,23 +163,23 @@ class SessionOps:
         return await self.get_session(session_id)
 
     async def sessions_to_process(
-        self: MemoryStore, *, idle_before: str | None = None, include_open: bool = False
+        self: Store, *, idle_before: str | None = None, include_open: bool = False
     ) -> list[Session]:
         """Sessions with unprocessed messages that are due: pending ones whose retry time has
         come, and open ones idle since ``idle_before`` (or every open one with ``include_open``)."""
         now = now_iso()
         async with self.db.reading():
             rows = await self.db.fetchall(
-                "SELECT * FROM sessions s WHERE EXISTS (SELECT 1 FROM messages m"
+                f"SELECT {SESSION_COLUMNS} FROM sessions s WHERE EXISTS (SELECT 1 FROM messages m"
                 " WHERE m.session_id = s.id AND m.id > s.processed_upto) AND ("
                 " (s.state = 'pending' AND (s.next_attempt_at IS NULL OR s.next_attempt_at <= ?))"
                 " OR (s.state != 'pending' AND (? OR s.last_active_at <= ?)))"
                 " ORDER BY s.last_active_at",
-                (now, int(include_open), idle_before or ""),
+                (now, include_open, idle_before or ""),
             )
         return [Session.from_row(r) for r in rows]
 
-    async def pending_status(self: MemoryStore) -> tuple[int, str | None]:
+    async def pending_status(self: Store) -> tuple[int, str | None]:
         """How many sessions wait for a retry, and the most recent reason."""
         async with self.db.reading():
             row = await self.db.fetchone(
@@ -172,23 +188,21 @@ class SessionOps:
             )
         return int(row[0]), row[1]
 
-    async def latest_summary(
-        self: MemoryStore, *, exclude_session: str | None = None
-    ) -> Memory | None:
+    async def latest_summary(self: Store, *, exclude_session: str | None = None) -> Memory | None:
         async with self.db.reading():
             row = await self.db.fetchone(
-                "SELECT * FROM memories WHERE kind = 'episode' AND status = 'active'"
-                " AND (session_id IS NULL OR session_id IS NOT ?)"
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE kind = 'episode'"
+                " AND status = 'active' AND session_id IS DISTINCT FROM ?"
                 " ORDER BY created_at DESC, id DESC LIMIT 1",
                 (exclude_session,),
             )
         return Memory.from_row(row) if row else None
 
-    async def active_rules(self: MemoryStore) -> list[Memory]:
+    async def active_rules(self: Store) -> list[Memory]:
         memories, _ = await self.list_memories(kind="rule", sort="created", limit=1000)
         return memories
 
-    async def profile_summary(self: MemoryStore) -> tuple[str | None, bool]:
+    async def profile_summary(self: Store) -> tuple[str | None, bool]:
         """The narrative summary of the user, and whether facts changed since it was written."""
         async with self.db.reading():
             rows = dict(
@@ -199,7 +213,7 @@ class SessionOps:
             )
         return rows.get("profile_summary"), rows.get("profile_summary_stale") == "1"
 
-    async def set_profile_summary(self: MemoryStore, text: str) -> None:
+    async def set_profile_summary(self: Store, text: str) -> None:
         async with self.db.transaction():
             await self._set_meta("profile_summary", text)
             await self._set_meta("profile_summary_stale", "0")
@@ -208,7 +222,7 @@ class SessionOps:
 class SessionAdminOps:
     """Renaming, deleting and exporting whole sessions."""
 
-    async def rename_session(self: MemoryStore, session_id: str, title: str) -> Session:
+    async def rename_session(self: Store, session_id: str, title: str) -> Session:
         title = title.strip()
         if not title:
             raise InvalidInput("a session title cannot be empty")
@@ -219,7 +233,7 @@ class SessionAdminOps:
                 raise InvalidInput(f"no session with id {session_id!r}")
         return await self.get_session(session_id)
 
-    async def delete_session(self: MemoryStore, session_id: str) -> int:
+    async def delete_session(self: Store, session_id: str) -> int:
         """Delete a session and its messages (memories learned from it stay, unlinked).
         Returns how many messages went."""
         async with self.db.transaction():
@@ -235,7 +249,7 @@ class SessionAdminOps:
             await self._drop_orphan_entities()
         return len(ids)
 
-    async def drop_last_reply(self: MemoryStore, session_id: str) -> Message:
+    async def drop_last_reply(self: Store, session_id: str) -> Message:
         """Delete everything after the session's last user message (the reply, and tool calls
         and results), with its index entries and that turn's ledger rows, so the message can be
         answered again. Returns the user message."""
@@ -271,7 +285,7 @@ class SessionAdminOps:
             )
         return Message.from_row(row)
 
-    async def export_session(self: MemoryStore, session_id: str) -> str:
+    async def export_session(self: Store, session_id: str) -> str:
         """The session as Markdown: title, date, then each message under its speaker."""
         session = await self.get_session(session_id)
         return session_markdown(session, await self.messages(session_id))

@@ -1,5 +1,6 @@
 """A memory's standing: pinned, confirmed by the user, archived, restored, accepted from the
-review inbox. Each change is one transaction with its history row."""
+review inbox. Each change is one transaction with its history row. The file and the server
+run the same statements (the server's database numbers the placeholders)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.models import Memory
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
 
 # The statuses each change may start from (the rules; each backend states the SQL).
 PINNABLE = ("active", "held", "archived")
@@ -48,7 +49,7 @@ def check_confirm(row: Any, memory_id: int, now: str) -> None:
 
 class StateOps:
     async def _archive_by_system(
-        self: MemoryStore, memory_id: int, old_status: str, reason: str, **details: Any
+        self: Store, memory_id: int, old_status: str, reason: str, **details: Any
     ) -> None:
         """Archive a memory the user did not touch (a limit, an expiry), saying why in its
         history (inside a transaction)."""
@@ -65,7 +66,7 @@ class StateOps:
         )
 
     async def _set_state(
-        self: MemoryStore,
+        self: Store,
         memory_id: int,
         action: str,
         actor: str,
@@ -90,9 +91,7 @@ class StateOps:
                 await self._mark_profile_stale()
             return Memory.from_row(new)
 
-    async def pin(
-        self: MemoryStore, memory_id: int, pinned: bool = True, actor: str = "user"
-    ) -> Memory:
+    async def pin(self: Store, memory_id: int, pinned: bool = True, actor: str = "user") -> Memory:
         """A pinned memory never decays and is never pruned."""
         return await self._set_state(
             memory_id,
@@ -102,15 +101,15 @@ class StateOps:
             PINNABLE,
         )
 
-    async def archive(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+    async def archive(self: Store, memory_id: int, actor: str = "user") -> Memory:
         return await self._set_state(memory_id, "archive", actor, "status = 'archived'", ARCHIVABLE)
 
-    async def restore(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+    async def restore(self: Store, memory_id: int, actor: str = "user") -> Memory:
         return await self._set_state(
             memory_id, "restore", actor, "status = 'active', strength = 1.0", RESTORABLE
         )
 
-    async def accept(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+    async def accept(self: Store, memory_id: int, actor: str = "user") -> Memory:
         """A held candidate reviewed and kept: it becomes the current value for its key."""
         async with self.db.transaction():
             row = await self._row(memory_id)
@@ -127,19 +126,19 @@ class StateOps:
             await self._mark_profile_stale()
         return await self.get(memory_id)
 
-    async def _supersede_others(self: MemoryStore, row: Any) -> None:
+    async def _supersede_others(self: Store, row: Any) -> None:
         """One current value per key: ``row`` (just made active) replaces any other."""
         if not row["norm_key"]:
             return
         others = await self.db.fetchall(
             "SELECT id FROM memories WHERE kind = ? AND norm_key = ? AND status = 'active'"
-            " AND id != ?",
+            " AND id != ? ORDER BY id",
             (row["kind"], row["norm_key"], row["id"]),
         )
         for other in others:
             await self._supersede(other["id"], row["id"], "extraction")
 
-    async def confirm(self: MemoryStore, memory_id: int, actor: str = "user") -> Memory:
+    async def confirm(self: Store, memory_id: int, actor: str = "user") -> Memory:
         """The user says a fact is still true: pinned (it never fades), full confidence, and
         ``last_verified_at`` now. Its expiry, if any, stays: the user set or stated it."""
         async with self.db.transaction():

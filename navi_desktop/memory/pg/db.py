@@ -183,12 +183,13 @@ class PgDatabase:
 
     async def execute(
         self, sql: str, params: Sequence[Any] = (), *, timeout: float | None = None
-    ) -> str:
-        """``timeout``: this statement's bound, for one known to be slow (default QUERY_S).
-        Without parameters the text may hold several statements (a schema step)."""
+    ) -> int:
+        """Run a statement; returns the rows it touched. ``timeout``: this statement's bound,
+        for one known to be slow (default QUERY_S). Without parameters the text may hold
+        several statements (a schema step)."""
         if not params:
-            return await self._conn().execute(sql, timeout=timeout)
-        return await self._conn().execute(dollars(sql), *params, timeout=timeout)
+            return _rowcount(await self._conn().execute(sql, timeout=timeout))
+        return _rowcount(await self._conn().execute(dollars(sql), *params, timeout=timeout))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
@@ -230,7 +231,7 @@ def dollars(sql: str) -> str:
     return _PLACEHOLDER.sub(number, sql)
 
 
-def rowcount(status: str) -> int:
+def _rowcount(status: str) -> int:
     """Rows a command touched, from its status tag ('UPDATE 3', 'INSERT 0 1')."""
     try:
         return int(status.rsplit(" ", 1)[-1])
@@ -238,7 +239,7 @@ def rowcount(status: str) -> int:
         return 0
 
 
-__all__ = ["CLOSE_S", "CONNECT_S", "SCHEMA", "PgDatabase", "StorageUnavailable", "rowcount"]
+__all__ = ["CLOSE_S", "CONNECT_S", "SCHEMA", "PgDatabase", "StorageUnavailable"]
 
 
 def numbered(sql: str, start: int) -> str:

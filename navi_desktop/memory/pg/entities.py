@@ -21,8 +21,8 @@ from navi_desktop.memory.entity_profiles import (
     like_pattern,
     suggestion,
 )
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.models import Memory
-from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
 from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from navi_desktop.memory.export_format import (
     remap_history,
     validate_export,
 )
-from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:

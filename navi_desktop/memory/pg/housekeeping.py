@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.models import Memory
-from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore

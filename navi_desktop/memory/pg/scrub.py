@@ -74,7 +74,7 @@ class PgScrubOps:
         samples: int = 0,
     ) -> ScrubPlan:
         """Every occurrence (inside a transaction or ``reading()``); see the SQLite side."""
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
+        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         plan = ScrubPlan(matcher, samples)
         if not matcher:
@@ -308,7 +308,7 @@ class PgScrubOps:
 
     async def redacted_summaries(self: PgMemoryStore) -> list[Memory]:
         """Session summaries and reflections that still show where text was forgotten."""
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
+        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         async with self.db.reading():
             rows = await self.db.fetchall(
@@ -320,7 +320,7 @@ class PgScrubOps:
 
     async def rewrite_summary(self: PgMemoryStore, memory_id: int, was: str, text: str) -> bool:
         """Replace a redacted summary by a rewritten one, unless it changed meanwhile."""
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
+        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         async with self.db.transaction():
             row = await self.db.fetchone(

@@ -235,7 +235,7 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
     ) -> list[Any]:
         """Rows for the shared re-ranking and hits (search_hits.py); "*" means the table's
         columns without its tsvector."""
-        from navi_desktop.memory.pg.facts import MEMORY_COLUMNS
+        from navi_desktop.memory.facts import MEMORY_COLUMNS
         from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS
 
         if not ids:

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.models import Message
-from navi_desktop.memory.pg.db import rowcount
 from navi_desktop.memory.sessions import session_markdown
 
 if TYPE_CHECKING:
@@ -23,7 +22,7 @@ class PgSessionAdminOps:
                 "SELECT count(*) FROM messages WHERE session_id = $1", (session_id,)
             )
             gone = await self.db.execute("DELETE FROM sessions WHERE id = $1", (session_id,))
-            if not rowcount(gone):
+            if not gone:
                 raise InvalidInput(f"no session with id {session_id!r}")
             await self._drop_orphan_entities()
         return int(count)
@@ -45,7 +44,7 @@ class PgSessionAdminOps:
             gone = await self.db.execute(
                 "DELETE FROM messages WHERE session_id = $1 AND id > $2", (session_id, row["id"])
             )
-            if rowcount(gone):
+            if gone:
                 await self._drop_orphan_entities()
             # The new answer records what it was given; the old ledger described the old reply.
             await self.db.execute("DELETE FROM injections WHERE message_id = $1", (row["id"],))
@@ -61,12 +60,3 @@ class PgSessionAdminOps:
         """The session as Markdown: title, date, then each message under its speaker."""
         session = await self.get_session(session_id)
         return session_markdown(session, await self.messages(session_id))
-
-    async def pending_status(self: PgMemoryStore) -> tuple[int, str | None]:
-        """How many sessions wait for a retry, and the most recent reason."""
-        async with self.db.reading():
-            row = await self.db.fetchone(
-                "SELECT count(*), (SELECT pending_reason FROM sessions WHERE state = 'pending'"
-                " ORDER BY last_active_at DESC LIMIT 1) FROM sessions WHERE state = 'pending'"
-            )
-        return int(row[0]), row[1]

@@ -16,9 +16,12 @@ from typing import Any
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_document, message_documents
+from navi_desktop.memory.editing import EditOps
 from navi_desktop.memory.embedders import Embedder
+from navi_desktop.memory.facts import FactOps
+from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.models import Message, Session
-from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase, rowcount
+from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.exchange import PgExchangeOps
 from navi_desktop.memory.pg.facts import PgFactOps
@@ -32,7 +35,8 @@ from navi_desktop.memory.pg.search import PgSearchOps
 from navi_desktop.memory.pg.search_indexes import trigram_indexes, vector_index, word_matches
 from navi_desktop.memory.pg.session_admin import PgSessionAdminOps
 from navi_desktop.memory.pg.sessions import PgSessionOps
-from navi_desktop.memory.pg.states import PgStateOps
+from navi_desktop.memory.sessions import SESSION_COLUMNS, SessionAdminOps, SessionOps
+from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
 
 ROLES = ("user", "assistant", "tool", "system")
@@ -59,11 +63,18 @@ class PgMemoryStore(
     PgSearchOps,
     PgSessionAdminOps,
     PgSessionOps,
-    PgStateOps,
+    FactOps,
+    StateOps,
+    EditOps,
+    FeedbackOps,
+    SessionOps,
+    SessionAdminOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
     backend = "postgres"
+    SAME_VALUE = "lower(value) = lower(?)"  # memories_unkeyed indexes lower(value)
+    ROW_LOCK = " FOR UPDATE"
 
     def __init__(
         self, db: PgDatabase, user_id: int, profile: str, embedder: Embedder | None
@@ -152,14 +163,14 @@ class PgMemoryStore(
                 " VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING",
                 (sid, title, when),
             )
-            if not rowcount(added):
+            if not added:
                 raise InvalidInput(f"session {sid!r} already exists")
         return await self.get_session(sid)
 
     async def get_session(self, session_id: str) -> Session:
         async with self.db.reading():
             row = await self.db.fetchone(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = $1", (session_id,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1", (session_id,)
             )
         if row is None:
             raise NotFound(f"no session with id {session_id!r}")
@@ -168,7 +179,7 @@ class PgMemoryStore(
     async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[Session]:
         async with self.db.reading():
             rows = await self.db.fetchall(
-                f"SELECT {_SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
+                f"SELECT {SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
                 " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
                 " AS preview FROM sessions ORDER BY last_active_at DESC LIMIT $1 OFFSET $2",
                 (limit, offset),
@@ -195,7 +206,7 @@ class PgMemoryStore(
                 " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = $2",
                 (when, session_id),
             )
-            if not rowcount(touched):
+            if not touched:
                 raise NotFound(f"no session with id {session_id!r}")
             previous = await self.db.fetchone(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
@@ -246,6 +257,11 @@ class PgMemoryStore(
             names.insert(0, subject)
         await self.db.execute("DELETE FROM entity_links WHERE memory_id = $1", (row["id"],))
         await self._link_entities("memory_id", row["id"], names)
+
+    async def _unindex_memory(self, memory_id: int) -> None:
+        # The words and the links are rewritten by _index_memory; the vectors wait for the
+        # next embedding pass.
+        await self.db.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
 
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
         pairs = [(name, norm) for name in names if (norm := normalize(name))]
@@ -315,9 +331,6 @@ async def _profile_row(db: PgDatabase, profile: str, owner: str | None, create: 
         return int(found)
 
 
-_SESSION_COLUMNS = (
-    "id, title, created_at, last_active_at, state, processed_upto, pending_reason, ended_at"
-)
 _MESSAGE_COLUMNS = "id, session_id, role, name, content, created_at, meta"
 
 
