@@ -32,7 +32,7 @@ from navi_desktop.daemon.params import (
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.entity_profiles import MAX_NAME as MAX_ENTITY_NAME
 from navi_desktop.memory.entity_profiles import SORTS as ENTITY_SORTS
-from navi_desktop.memory.maintenance import SORTS
+from navi_desktop.memory.listing import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
 
 if TYPE_CHECKING:

@@ -1,5 +1,4 @@
-"""Background jobs: listing and stats, expiry, decay and prune, embedding backfill and
-re-embedding."""
+"""Background jobs: expiry, decay and prune, embedding backfill and re-embedding."""
 
 from __future__ import annotations
 
@@ -9,21 +8,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text
-from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, Memory
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
-
-SORTS = {
-    "updated": "updated_at",
-    "created": "created_at",
-    "strength": "strength",
-    "confidence": "confidence",
-    "id": "id",
-}
 
 
 @dataclass(frozen=True)
@@ -54,96 +43,6 @@ def decay_step(row: Any, when: datetime, policy: DecayPolicy) -> tuple[str, floa
 
 
 class MaintenanceOps:
-    async def list_memories(
-        self: MemoryStore,
-        *,
-        kind: str | None = None,
-        category: str | None = None,
-        status: str | None = "active",
-        pinned: bool | None = None,
-        sort: str = "updated",
-        descending: bool = True,
-        limit: int = 50,
-        offset: int = 0,
-        current: bool = False,
-    ) -> tuple[list[Memory], int]:
-        """A page of memories and the total that match. ``status=None`` means every status;
-        ``current`` leaves out facts past their expiry (not yet archived by maintenance)."""
-        where, params = ["1"], []
-        if current:
-            where.append("(expires_at IS NULL OR expires_at > ?)")
-            params.append(now_iso())
-        for name, value, allowed in (
-            ("kind", kind, KINDS),
-            ("category", category, CATEGORIES),
-            ("status", status, STATUSES),
-        ):
-            if value is not None:
-                if value not in allowed:
-                    raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
-                where.append(f"{name} = ?")
-                params.append(value)
-        if pinned is not None:
-            where.append("pinned = ?")
-            params.append(int(pinned))
-        if sort not in SORTS:
-            raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
-        if limit < 1 or offset < 0:
-            raise InvalidInput("limit must be at least 1 and offset not negative")
-        clause = " AND ".join(where)
-        order = f"{SORTS[sort]} {'DESC' if descending else 'ASC'}, id DESC"
-        async with self.db.reading():
-            total = await self.db.scalar(f"SELECT count(*) FROM memories WHERE {clause}", params)
-            rows = await self.db.fetchall(
-                f"SELECT * FROM memories WHERE {clause} ORDER BY {order} LIMIT ? OFFSET ?",
-                (*params, limit, offset),
-            )
-        return [Memory.from_row(r) for r in rows], int(total)
-
-    async def stats(self: MemoryStore) -> dict[str, Any]:
-        async with self.db.reading():
-            by_status = await self.db.fetchall(
-                "SELECT kind, status, count(*) FROM memories GROUP BY kind, status"
-            )
-            by_category = await self.db.fetchall(
-                "SELECT coalesce(category, 'none'), count(*) FROM memories"
-                " WHERE kind = 'fact' AND status = 'active' GROUP BY 1"
-            )
-            models = await self.db.fetchall(
-                "SELECT model, dim, count(*) FROM embeddings GROUP BY model, dim"
-            )
-            counts = await self.db.fetchone(
-                "SELECT (SELECT count(*) FROM sessions), (SELECT count(*) FROM messages),"
-                " (SELECT count(*) FROM tombstones), (SELECT count(*) FROM entities),"
-                " (SELECT count(*) FROM memories WHERE pinned = 1)"
-            )
-            stale = await self.db.scalar(
-                "SELECT value FROM meta WHERE key = 'profile_summary_stale'"
-            )
-            pending = await self._pending()  # forgets whose scrub waits for a reader
-        memories: dict[str, dict[str, int]] = {}
-        for kind, status, n in by_status:
-            memories.setdefault(kind, {})[status] = n
-        wal = self.path.with_name(self.path.name + "-wal")
-        size = sum(p.stat().st_size for p in (self.path, wal) if p.exists())
-        return {
-            "path": str(self.path),
-            "memories": memories,
-            "facts_by_category": {c: n for c, n in by_category},
-            "pinned": counts[4],
-            "sessions": counts[0],
-            "messages": counts[1],
-            "tombstones": counts[2],
-            "entities": counts[3],
-            "embeddings": [{"model": m, "dim": d, "count": n} for m, d, n in models],
-            "embedding_model": self.embedder.model if self.embedder else None,
-            "missing_embeddings": await self.missing_embeddings() if self.embedder else None,
-            "profile_summary_stale": stale == "1",
-            "pending_scrubs": pending,
-            "file_bytes": size,
-            "rated_replies": await self.feedback_counts(),
-        }
-
     # -- decay ---------------------------------------------------------------------------------
 
     async def touch(self: MemoryStore, memory_ids: list[int]) -> None:

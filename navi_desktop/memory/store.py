@@ -30,6 +30,7 @@ from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
 from navi_desktop.memory.ledger import LedgerOps
+from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.maintenance import MaintenanceOps
 from navi_desktop.memory.match_counts import MatchCounts
 from navi_desktop.memory.migrations import check_schema, migrate
@@ -60,6 +61,7 @@ class MemoryStore(
     EntityOps,
     ExchangeOps,
     MaintenanceOps,
+    ListingOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory."""
 
@@ -114,6 +116,11 @@ class MemoryStore(
     @property
     def path(self) -> Path:
         return self.db.path
+
+    async def _own_stats(self) -> dict[str, Any]:
+        wal = self.path.with_name(self.path.name + "-wal")
+        size = sum(p.stat().st_size for p in (self.path, wal) if p.exists())
+        return {"path": str(self.path), "file_bytes": size}
 
     # -- metadata ---------------------------------------------------------------------------
 

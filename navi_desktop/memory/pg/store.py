@@ -20,11 +20,11 @@ from navi_desktop.memory.editing import EditOps
 from navi_desktop.memory.embedders import Embedder
 from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.feedback import FeedbackOps
+from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.exchange import PgExchangeOps
-from navi_desktop.memory.pg.facts import PgFactOps
 from navi_desktop.memory.pg.forget import PgForgetOps
 from navi_desktop.memory.pg.housekeeping import PgHousekeepingOps
 from navi_desktop.memory.pg.ledger import PgLedgerOps
@@ -55,7 +55,6 @@ class PgMemoryStore(
     PgHousekeepingOps,
     PgEntityOps,
     PgExchangeOps,
-    PgFactOps,
     PgForgetOps,
     PgLedgerOps,
     PgMaintenanceOps,
@@ -69,6 +68,7 @@ class PgMemoryStore(
     FeedbackOps,
     SessionOps,
     SessionAdminOps,
+    ListingOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
@@ -129,6 +129,15 @@ class PgMemoryStore(
     def where(self) -> str:
         """Where this memory lives, for messages (password hidden)."""
         return f"{self.db.shown} (profile {self.profile})"
+
+    async def _own_stats(self) -> dict[str, Any]:
+        async with self.db.reading():
+            trigram = await self.db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
+        return {
+            "path": self.where,
+            "backend": "postgres",
+            "substring_search": "pg_trgm" if trigram else "ILIKE (pg_trgm not installed)",
+        }
 
     # -- metadata ---------------------------------------------------------------------------
 

@@ -1,6 +1,5 @@
-"""Listing memories and the profile's figures on the server. Writing and reading one memory
-(add, upsert, strengthen, supersede, history) and its changes of state are the file's code
-(facts.py, states.py, editing.py), run on the server's database."""
+"""Listing memories and the profile's figures, one copy for both backends. Each store adds to
+the figures what only it has (``_own_stats``: the file's size, the server's substring search)."""
 
 from __future__ import annotations
 
@@ -9,16 +8,23 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.facts import MEMORY_COLUMNS
-from navi_desktop.memory.maintenance import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, Memory
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.pg.store import PgMemoryStore
+    from navi_desktop.memory.backends import Store
+
+SORTS = {
+    "updated": "updated_at",
+    "created": "created_at",
+    "strength": "strength",
+    "confidence": "confidence",
+    "id": "id",
+}
 
 
-class PgFactOps:
+class ListingOps:
     async def list_memories(
-        self: PgMemoryStore,
+        self: Store,
         *,
         kind: str | None = None,
         category: str | None = None,
@@ -30,11 +36,12 @@ class PgFactOps:
         offset: int = 0,
         current: bool = False,
     ) -> tuple[list[Memory], int]:
-        """A page of memories and the total that match (see the SQLite side)."""
+        """A page of memories and the total that match. ``status=None`` means every status;
+        ``current`` leaves out facts past their expiry (not yet archived by maintenance)."""
         where, params = ["true"], []
         if current:
+            where.append("(expires_at IS NULL OR expires_at > ?)")
             params.append(now_iso())
-            where.append(f"(expires_at IS NULL OR expires_at > ${len(params)})")
         for name, value, allowed in (
             ("kind", kind, KINDS),
             ("category", category, CATEGORIES),
@@ -43,28 +50,27 @@ class PgFactOps:
             if value is not None:
                 if value not in allowed:
                     raise InvalidInput(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+                where.append(f"{name} = ?")
                 params.append(value)
-                where.append(f"{name} = ${len(params)}")
         if pinned is not None:
+            where.append("pinned = ?")
             params.append(int(pinned))
-            where.append(f"pinned = ${len(params)}")
         if sort not in SORTS:
             raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be at least 1 and offset not negative")
         clause = " AND ".join(where)
         order = f"{SORTS[sort]} {'DESC' if descending else 'ASC'}, id DESC"
-        n = len(params)
         async with self.db.reading():
             total = await self.db.scalar(f"SELECT count(*) FROM memories WHERE {clause}", params)
             rows = await self.db.fetchall(
                 f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {clause} ORDER BY {order}"
-                f" LIMIT ${n + 1} OFFSET ${n + 2}",
+                " LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             )
         return [Memory.from_row(r) for r in rows], int(total)
 
-    async def stats(self: PgMemoryStore) -> dict[str, Any]:
+    async def stats(self: Store) -> dict[str, Any]:
         async with self.db.reading():
             by_status = await self.db.fetchall(
                 "SELECT kind, status, count(*) FROM memories GROUP BY kind, status"
@@ -84,17 +90,12 @@ class PgFactOps:
             stale = await self.db.scalar(
                 "SELECT value FROM meta WHERE key = 'profile_summary_stale'"
             )
-            trigram = bool(
-                await self.db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'")
-            )
         memories: dict[str, dict[str, int]] = {}
-        for kind, state, n in by_status:
-            memories.setdefault(kind, {})[state] = n
+        for kind, status, n in by_status:
+            memories.setdefault(kind, {})[status] = n
         return {
-            "path": self.where,
-            "backend": "postgres",
             "memories": memories,
-            "facts_by_category": dict(by_category),
+            "facts_by_category": {c: n for c, n in by_category},
             "pinned": counts[4],
             "sessions": counts[0],
             "messages": counts[1],
@@ -106,5 +107,5 @@ class PgFactOps:
             "profile_summary_stale": stale == "1",
             "pending_scrubs": await self.pending_scrubs(),
             "rated_replies": await self.feedback_counts(),
-            "substring_search": "pg_trgm" if trigram else "ILIKE (pg_trgm not installed)",
+            **await self._own_stats(),
         }
