@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.memory import MemoryStore
+from navi_desktop.memory import MemoryStore, exchange
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.exchange import parse_export
 from tests.fakes import BagOfWordsEmbedder
@@ -103,6 +103,23 @@ async def test_export_import_round_trips_on_each_backend(any_store, request, tmp
         twice = await copy.import_data(exported)  # idempotent
         assert (twice.added, twice.skipped) == (0, 9)
         assert (await copy.list_memories(status=None))[1] == 9
+
+
+async def test_history_links_are_renumbered_however_many_memories_an_import_adds(
+    any_store, request, tmp_path, monkeypatch
+):
+    """Imports renumber the ids history rows name a chunk of new memories at a time (a
+    server takes 32,767 parameters a statement): one at a time here, so the versions of one
+    memory land in different chunks."""
+    monkeypatch.setattr(exchange, "REMAP_CHUNK", 1)
+    await populate(any_store)
+    exported = await any_store.export_data()
+    async with await fresh(request, tmp_path, backend_of(any_store), "copy") as copy:
+        await copy.add_memory("already here", key="plant")  # the copy's ids are not the file's
+        assert (await copy.import_data(json.loads(json.dumps(exported)))).added == 9
+        again = await copy.export_data()
+        again["memories"] = [m for m in again["memories"] if m["value"] != "already here"]
+        assert comparable(again) == comparable(exported)
 
 
 async def test_a_file_from_one_backend_imports_into_the_other_and_back(

@@ -1,5 +1,6 @@
-"""Export (JSON that round-trips, Markdown for reading) and idempotent import. The file's
-format and checks are backend-free (export_format.py); here are SQLite's statements."""
+"""Export (JSON that round-trips, Markdown for reading) and idempotent import, one copy for
+both backends: a file from one imports into the other. The format and its checks are in
+export_format.py."""
 
 from __future__ import annotations
 
@@ -21,30 +22,38 @@ from navi_desktop.memory.export_format import (
     remap_history,
     validate_export,
 )
+from navi_desktop.memory.facts import HISTORY_COLUMNS, MEMORY_COLUMNS
 from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:
-    from navi_desktop.memory.store import MemoryStore
+    from navi_desktop.memory.backends import Store
+
+# History rows looked up at a time when ids are remapped (a server takes 32,767 parameters).
+REMAP_CHUNK = 1000
 
 __all__ = ["FORMAT", "VERSION", "ExchangeOps", "ImportReport", "parse_export", "validate_export"]
 
 
 class ExchangeOps:
-    async def export_data(self: MemoryStore, *, include_inactive: bool = True) -> dict[str, Any]:
+    async def export_data(self: Store, *, include_inactive: bool = True) -> dict[str, Any]:
         async with self.db.reading():
             where = "" if include_inactive else "WHERE status = 'active'"
-            rows = await self.db.fetchall(f"SELECT * FROM memories {where} ORDER BY id")
-            history = await self.db.fetchall("SELECT * FROM memory_history ORDER BY id")
+            rows = await self.db.fetchall(
+                f"SELECT {MEMORY_COLUMNS} FROM memories {where} ORDER BY id"
+            )
+            history = await self.db.fetchall(
+                f"SELECT {HISTORY_COLUMNS} FROM memory_history ORDER BY id"
+            )
             sessions = await self.db.fetchall(
                 "SELECT id, title, created_at FROM sessions WHERE id IN"
                 " (SELECT session_id FROM memories) ORDER BY created_at"
             )
         return export_document(rows, history, sessions)
 
-    async def export_markdown(self: MemoryStore) -> str:
+    async def export_markdown(self: Store) -> str:
         return export_markdown_text(await self.export_data(include_inactive=False))
 
-    async def import_data(self: MemoryStore, data: dict[str, Any]) -> ImportReport:
+    async def import_data(self: Store, data: dict[str, Any]) -> ImportReport:
         """Import an export; memories already present are skipped, so importing twice is safe.
         One transaction: a bad item leaves the profile unchanged."""
         data = validate_export(data)
@@ -55,9 +64,9 @@ class ExchangeOps:
                 if title and await self._forgotten_phrase([title]):
                     title = None
                 await self.db.execute(
-                    "INSERT OR IGNORE INTO sessions (id, title, created_at, last_active_at, state,"
-                    " ended_at) VALUES (?, ?, ?, ?, 'ended', ?)",
-                    (s["id"], title, s["created_at"], s["created_at"], s["created_at"]),
+                    "INSERT INTO sessions (id, title, created_at, last_active_at, state, ended_at)"
+                    " VALUES (?1, ?2, ?3, ?3, 'ended', ?3) ON CONFLICT DO NOTHING",
+                    (s["id"], title, s["created_at"]),
                 )
             items = sorted(data["memories"], key=lambda m: m["id"])
             for item in items:
@@ -72,23 +81,21 @@ class ExchangeOps:
             await self._remap_history_ids(report)
         return report
 
-    async def _remap_history_ids(self: MemoryStore, report: ImportReport) -> None:
+    async def _remap_history_ids(self: Store, report: ImportReport) -> None:
         """History rows name other versions by id: translate the file's ids to this profile's."""
-        added = report.new_ids
-        if not added:
-            return
-        rows = await self.db.fetchall(
-            "SELECT id, new FROM memory_history WHERE action IN ('superseded', 'supersedes')"
-            f" AND memory_id IN ({','.join('?' * len(added))})",
-            added,
-        )
-        for row in rows:
-            await self.db.execute(
+        for start in range(0, len(report.new_ids), REMAP_CHUNK):
+            added = report.new_ids[start : start + REMAP_CHUNK]
+            rows = await self.db.fetchall(
+                "SELECT id, new FROM memory_history WHERE action IN ('superseded', 'supersedes')"
+                f" AND memory_id IN ({','.join('?' * len(added))})",
+                added,
+            )
+            await self.db.executemany(
                 "UPDATE memory_history SET new = ? WHERE id = ?",
-                (remap_history(row["new"], report.ids), row["id"]),
+                [(remap_history(row["new"], report.ids), row["id"]) for row in rows],
             )
 
-    async def _import_one(self: MemoryStore, item: dict[str, Any], report: ImportReport) -> None:
+    async def _import_one(self: Store, item: dict[str, Any], report: ImportReport) -> None:
         value = item["value"].strip()
         norm_key = import_norm_key(item)
         # Forgotten before, or carrying a phrase forgotten everywhere (in its text, evidence or
@@ -101,7 +108,8 @@ class ExchangeOps:
         now = now_iso()
         created = item.get("created_at") or now
         same = await self.db.fetchall(
-            "SELECT id, value FROM memories WHERE kind = ? AND created_at = ? AND norm_key IS ?",
+            "SELECT id, value FROM memories WHERE kind = ? AND created_at = ?"
+            " AND norm_key IS NOT DISTINCT FROM ?",
             (item["kind"], created, norm_key),
         )
         for row in same:
@@ -112,9 +120,9 @@ class ExchangeOps:
         session = item.get("session_id")
         if session and not await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (session,)):
             session = None
-        new_id = await self.db.execute(
+        new_id = await self.db.scalar(
             f"INSERT INTO memories ({', '.join(IMPORT_COLUMNS)})"
-            f" VALUES ({', '.join('?' * len(IMPORT_COLUMNS))})",
+            f" VALUES ({', '.join('?' * len(IMPORT_COLUMNS))}) RETURNING id",
             import_values(item, session, now),
         )
         for action, actor, old, new, at in import_history(item, now):

@@ -1,6 +1,6 @@
 """The memory export file, the same on every backend: reading and checking a file, building
 one from rows, the Markdown view, and the values an import writes. No database here: each
-backend fetches rows and writes them (exchange.py, pg/exchange.py)."""
+backend fetches rows and writes them (exchange.py, for both)."""
 
 from __future__ import annotations
 

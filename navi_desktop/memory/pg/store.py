@@ -18,13 +18,13 @@ from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.editing import EditOps
 from navi_desktop.memory.embedders import Embedder
+from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
-from navi_desktop.memory.pg.exchange import PgExchangeOps
 from navi_desktop.memory.pg.forget import PgForgetOps
 from navi_desktop.memory.pg.housekeeping import PgHousekeepingOps
 from navi_desktop.memory.pg.ledger import PgLedgerOps
@@ -54,7 +54,6 @@ def tsv_sql(first: int) -> str:
 class PgMemoryStore(
     PgHousekeepingOps,
     PgEntityOps,
-    PgExchangeOps,
     PgForgetOps,
     PgLedgerOps,
     PgMaintenanceOps,
@@ -69,6 +68,7 @@ class PgMemoryStore(
     SessionOps,
     SessionAdminOps,
     ListingOps,
+    ExchangeOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
