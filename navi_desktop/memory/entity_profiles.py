@@ -21,15 +21,18 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory.clock import now_iso
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.models import Memory
 from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
 
 SORTS = ("mentions", "name")
 MAX_NAME = 200  # an entity's name, as the user types it
 PROFILE_LIMIT = 20  # facts and summaries a profile lists by default (the totals count all)
+ENTITY_COLUMNS = "id, name, norm, type"
 SUGGEST_POOL = 2_000  # names compared with an unknown one: those sharing its first letter
 # Links to the entity ``e``, memory links + message links: each count is answered by its
 # partial link index (a plain ``entity_id = ?`` can use neither and scans every link).
@@ -143,16 +146,23 @@ def check_merge(keep: Any, gone: Any, name: str, other: str) -> None:
 
 
 class EntityOps:
+    """Entities' profiles and renames, for both backends; the server has its own suggestions,
+    list and merge (pg/entities.py)."""
+
+    # Names sort by code point on both backends (the server's collation may not).
+    NAME_ORDER = "norm"
+
     # -- reading -------------------------------------------------------------------------------
 
-    async def _entity_row(self: MemoryStore, text: str, what: str = "entity") -> Any:
+    async def _entity_row(self: Store, text: str, what: str = "entity") -> Any:
         """The entity named ``text`` (its name or an alias); ``NotFound`` naming the closest
         known name when there is none."""
         shown, norm = _name_text(text, f"the {what}'s name")
         row = await self.db.fetchone(
-            "SELECT * FROM entities WHERE norm = ? UNION ALL SELECT e.* FROM entity_aliases a"
-            " JOIN entities e ON e.id = a.entity_id WHERE a.norm = ? LIMIT 1",
-            (norm, norm),
+            f"SELECT {ENTITY_COLUMNS} FROM entities WHERE norm = ?1 UNION ALL"
+            " SELECT e.id, e.name, e.norm, e.type FROM entity_aliases a"
+            " JOIN entities e ON e.id = a.entity_id WHERE a.norm = ?1 LIMIT 1",
+            (norm,),
         )
         if row is None:
             raise NotFound(f"no entity named {shown!r}{await self._suggestion(norm)}")
@@ -172,19 +182,20 @@ class EntityOps:
         )
         return suggestion(norm, {r["norm"]: r["owner"] for r in rows})
 
-    async def _aliases(self: MemoryStore, entity_id: int) -> list[str]:
+    async def _aliases(self: Store, entity_id: int) -> list[str]:
         rows = await self.db.fetchall(
-            "SELECT name FROM entity_aliases WHERE entity_id = ? ORDER BY norm", (entity_id,)
+            f"SELECT name FROM entity_aliases WHERE entity_id = ? ORDER BY {self.NAME_ORDER}",
+            (entity_id,),
         )
         return [r[0] for r in rows]
 
-    async def _profile(self: MemoryStore, row: Any, limit: int) -> EntityProfile:
+    async def _profile(self: Store, row: Any, limit: int) -> EntityProfile:
         ident = row["id"]
         counts = await self.db.fetchone(
-            "SELECT (SELECT count(*) FROM entity_links WHERE entity_id = ? AND memory_id IS NOT"
-            " NULL), (SELECT count(*) FROM entity_links WHERE entity_id = ?"
+            "SELECT (SELECT count(*) FROM entity_links WHERE entity_id = ?1 AND memory_id IS NOT"
+            " NULL), (SELECT count(*) FROM entity_links WHERE entity_id = ?1"
             " AND message_id IS NOT NULL)",
-            (ident, ident),
+            (ident,),
         )
         # Current: active and not expired (as search and the prompt's memory block see them).
         current = (
@@ -192,15 +203,16 @@ class EntityOps:
             " NULL) AND status = 'active' AND (expires_at IS NULL OR expires_at > ?)"
         )
         now = now_iso()
-        totals = dict(
-            await self.db.fetchall(
+        totals = {
+            r[0]: r[1]
+            for r in await self.db.fetchall(
                 f"SELECT kind, count(*) FROM memories WHERE {current} GROUP BY kind", (ident, now)
             )
-        )
+        }
         found: dict[str, list[Memory]] = {}
         for kind in ("fact", "episode"):
             rows = await self.db.fetchall(
-                f"SELECT * FROM memories WHERE {current} AND kind = ?"
+                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {current} AND kind = ?"
                 " ORDER BY updated_at DESC, id DESC LIMIT ?",
                 (ident, now, kind, limit),
             )
@@ -217,7 +229,7 @@ class EntityOps:
             episodes_total=totals.get("episode", 0),
         )
 
-    async def entity(self: MemoryStore, name: str, *, limit: int = PROFILE_LIMIT) -> EntityProfile:
+    async def entity(self: Store, name: str, *, limit: int = PROFILE_LIMIT) -> EntityProfile:
         """An entity by its name or an alias: its type, aliases, how many memories and
         messages mention it, and the current facts and session summaries that do."""
         if limit < 1:
@@ -269,16 +281,16 @@ class EntityOps:
 
     # -- changing ------------------------------------------------------------------------------
 
-    async def rename_entity(self: MemoryStore, name: str, new_name: str) -> EntityProfile:
+    async def rename_entity(self: Store, name: str, new_name: str) -> EntityProfile:
         """Call the entity ``new_name``; its old name becomes an alias, so text that says it
         still finds the entity. A name that another entity has is refused: merge instead."""
         async with self.db.transaction():
             row = await self._entity_row(name)
             shown, norm = _name_text(new_name, "the new name")
             holder = await self.db.fetchone(
-                "SELECT id, name FROM entities WHERE norm = ? UNION ALL SELECT e.id, e.name"
-                " FROM entity_aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm = ?",
-                (norm, norm),
+                "SELECT id, name FROM entities WHERE norm = ?1 UNION ALL SELECT e.id, e.name"
+                " FROM entity_aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm = ?1",
+                (norm,),
             )
             check_rename(row, holder, shown, norm)
             await self.db.execute("DELETE FROM entity_aliases WHERE norm = ?", (norm,))

@@ -1,29 +1,23 @@
-"""Entities on the server: profiles, rename, merge, model enrichment. The rules (names,
-refusals, suggestions) are the SQLite side's (entity_profiles.py, entity_enrichment.py); the
-statements are PostgreSQL's. Names sort by code point (COLLATE "C"), as SQLite's do."""
+"""Entities on the server: what its SQL says differently from the file's (suggestions, the
+list, merge). Profiles, renames and model enrichment are the file's code (entity_profiles.py,
+entity_enrichment.py) on the server's database. Names sort by code point (COLLATE "C"), as
+SQLite's do."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from navi_desktop.errors import InvalidInput, NotFound
-from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.entity_enrichment import ENTITY_TYPES
+from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.entity_profiles import (
     PROFILE_LIMIT,
     SORTS,
     SUGGEST_POOL,
     EntityProfile,
     EntitySummary,
-    _name_text,
     check_merge,
-    check_rename,
     like_pattern,
     suggestion,
 )
-from navi_desktop.memory.facts import MEMORY_COLUMNS
-from navi_desktop.memory.models import Memory
-from navi_desktop.memory.textproc import normalize
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
@@ -38,19 +32,9 @@ _LINKS = (
 
 
 class PgEntityOps:
-    # -- reading -------------------------------------------------------------------------------
+    NAME_ORDER = 'norm COLLATE "C"'
 
-    async def _entity_row(self: PgMemoryStore, text: str, what: str = "entity") -> Any:
-        shown, norm = _name_text(text, f"the {what}'s name")
-        row = await self.db.fetchone(
-            f"SELECT {_ENTITY} FROM entities WHERE norm = $1 UNION ALL"
-            " SELECT e.id, e.name, e.norm, e.type FROM entity_aliases a"
-            " JOIN entities e ON e.id = a.entity_id WHERE a.norm = $1 LIMIT 1",
-            (norm,),
-        )
-        if row is None:
-            raise NotFound(f"no entity named {shown!r}{await self._suggestion(norm)}")
-        return row
+    # -- reading -------------------------------------------------------------------------------
 
     async def _suggestion(self: PgMemoryStore, norm: str) -> str:
         first = norm[0]
@@ -64,63 +48,6 @@ class PgEntityOps:
             (first, SUGGEST_POOL),
         )
         return suggestion(norm, {r["norm"]: r["owner"] for r in rows})
-
-    async def _aliases(self: PgMemoryStore, entity_id: int) -> list[str]:
-        rows = await self.db.fetchall(
-            'SELECT name FROM entity_aliases WHERE entity_id = $1 ORDER BY norm COLLATE "C"',
-            (entity_id,),
-        )
-        return [r[0] for r in rows]
-
-    async def _profile(self: PgMemoryStore, row: Any, limit: int) -> EntityProfile:
-        ident = row["id"]
-        counts = await self.db.fetchone(
-            "SELECT (SELECT count(*) FROM entity_links WHERE entity_id = $1"
-            " AND memory_id IS NOT NULL), (SELECT count(*) FROM entity_links"
-            " WHERE entity_id = $1 AND message_id IS NOT NULL)",
-            (ident,),
-        )
-        # Current: active and not expired (as search and the prompt's memory block see them).
-        current = (
-            "id IN (SELECT memory_id FROM entity_links WHERE entity_id = $1 AND memory_id IS NOT"
-            " NULL) AND status = 'active' AND (expires_at IS NULL OR expires_at > $2)"
-        )
-        now = now_iso()
-        totals = {
-            r[0]: r[1]
-            for r in await self.db.fetchall(
-                f"SELECT kind, count(*) FROM memories WHERE {current} GROUP BY kind", (ident, now)
-            )
-        }
-        found: dict[str, list[Memory]] = {}
-        for kind in ("fact", "episode"):
-            rows = await self.db.fetchall(
-                f"SELECT {MEMORY_COLUMNS} FROM memories WHERE {current} AND kind = $3"
-                " ORDER BY updated_at DESC, id DESC LIMIT $4",
-                (ident, now, kind, limit),
-            )
-            found[kind] = [Memory.from_row(r) for r in rows]
-        return EntityProfile(
-            name=row["name"],
-            type=row["type"],
-            aliases=await self._aliases(ident),
-            mentions=counts[0] + counts[1],
-            messages=counts[1],
-            facts=found["fact"],
-            episodes=found["episode"],
-            facts_total=totals.get("fact", 0),
-            episodes_total=totals.get("episode", 0),
-        )
-
-    async def entity(
-        self: PgMemoryStore, name: str, *, limit: int = PROFILE_LIMIT
-    ) -> EntityProfile:
-        """An entity by its name or an alias: its type, aliases, how many memories and
-        messages mention it, and the current facts and session summaries that do."""
-        if limit < 1:
-            raise InvalidInput(f"limit must be at least 1, got {limit}")
-        async with self.db.reading():
-            return await self._profile(await self._entity_row(name), limit)
 
     async def list_entities(
         self: PgMemoryStore,
@@ -162,29 +89,6 @@ class PgEntityOps:
 
     # -- changing ------------------------------------------------------------------------------
 
-    async def rename_entity(self: PgMemoryStore, name: str, new_name: str) -> EntityProfile:
-        """Call the entity ``new_name``; its old name becomes an alias. A name that another
-        entity has is refused: merge instead."""
-        async with self.db.transaction():
-            row = await self._entity_row(name)
-            shown, norm = _name_text(new_name, "the new name")
-            holder = await self.db.fetchone(
-                "SELECT id, name FROM entities WHERE norm = $1 UNION ALL SELECT e.id, e.name"
-                " FROM entity_aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm = $1",
-                (norm,),
-            )
-            check_rename(row, holder, shown, norm)
-            await self.db.execute("DELETE FROM entity_aliases WHERE norm = $1", (norm,))
-            if norm != row["norm"]:  # not only a change of case or spacing: keep the old name
-                await self.db.execute(
-                    "INSERT INTO entity_aliases (entity_id, name, norm) VALUES ($1, $2, $3)",
-                    (row["id"], row["name"], row["norm"]),
-                )
-            await self.db.execute(
-                "UPDATE entities SET name = $1, norm = $2 WHERE id = $3", (shown, norm, row["id"])
-            )
-            return await self._profile(await self._entity_row(shown), PROFILE_LIMIT)
-
     async def merge_entities(self: PgMemoryStore, name: str, other: str) -> EntityProfile:
         """Make ``other`` part of ``name``: its name and aliases become aliases of ``name``,
         its links move to ``name`` (a memory that named both is linked once), its type fills
@@ -215,53 +119,3 @@ class PgEntityOps:
                     "UPDATE entities SET type = $1 WHERE id = $2", (gone["type"], keep["id"])
                 )
             return await self._profile(await self._entity_row(keep["name"]), PROFILE_LIMIT)
-
-    # -- found by a model --------------------------------------------------------------------
-
-    async def needing_entities(
-        self: PgMemoryStore, *, limit: int = 32, few: int = 1
-    ) -> list[Memory]:
-        """Active facts and summaries, newest first, with at most ``few`` entities linked and
-        not read by a model yet."""
-        columns = ", ".join("m." + c for c in MEMORY_COLUMNS.split(", "))
-        async with self.db.reading():
-            rows = await self.db.fetchall(
-                f"SELECT {columns} FROM memories m WHERE m.kind IN ('fact', 'episode')"
-                " AND m.status = 'active'"
-                " AND NOT EXISTS (SELECT 1 FROM entities_enriched e WHERE e.memory_id = m.id)"
-                " AND (SELECT count(*) FROM entity_links l WHERE l.memory_id = m.id) <= $1"
-                " ORDER BY m.id DESC LIMIT $2",
-                (few, limit),
-            )
-        return [Memory.from_row(r) for r in rows]
-
-    async def save_model_entities(
-        self: PgMemoryStore, found: dict[int, list[tuple[str, str]]], model: str
-    ) -> int:
-        """Link each memory's (name, type) pairs and mark every memory in ``found`` read by
-        ``model``; a memory that went meanwhile is skipped. Returns the links added."""
-        at = now_iso()
-        added = 0
-        async with self.db.transaction():
-            for memory_id, names in found.items():
-                if not await self.db.scalar("SELECT 1 FROM memories WHERE id = $1", (memory_id,)):
-                    continue
-                before = await self._links(memory_id)
-                await self._link_entities("memory_id", memory_id, [n for n, _ in names])
-                added += await self._links(memory_id) - before
-                await self.db.executemany(
-                    "UPDATE entities SET type = $1 WHERE norm = $2 AND type IS NULL",
-                    [(kind, normalize(name)) for name, kind in names if kind in ENTITY_TYPES],
-                )
-                await self.db.execute(
-                    "INSERT INTO entities_enriched (memory_id, model, at) VALUES ($1, $2, $3)"
-                    " ON CONFLICT (memory_id) DO UPDATE SET model = excluded.model,"
-                    " at = excluded.at",
-                    (memory_id, model, at),
-                )
-        return added
-
-    async def _links(self: PgMemoryStore, memory_id: int) -> int:
-        return await self.db.scalar(
-            "SELECT count(*) FROM entity_links WHERE memory_id = $1", (memory_id,)
-        )

@@ -18,6 +18,8 @@ from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.editing import EditOps
 from navi_desktop.memory.embedders import Embedder
+from navi_desktop.memory.entity_enrichment import EnrichmentOps
+from navi_desktop.memory.entity_profiles import EntityOps
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.feedback import FeedbackOps
@@ -69,6 +71,8 @@ class PgMemoryStore(
     SessionAdminOps,
     ListingOps,
     ExchangeOps,
+    EntityOps,
+    EnrichmentOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
