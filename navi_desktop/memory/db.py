@@ -247,7 +247,7 @@ class Database:
             yield self
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
-        """Run a statement; returns lastrowid (for INSERT) or rowcount."""
+        """Run a statement; returns the rows it touched (an id: INSERT ... RETURNING id)."""
         try:
             cur = await self.conn.execute(sql, params)
         except DbError as exc:
@@ -257,7 +257,7 @@ class Database:
         # that answers) stays running until closed, and VACUUM refuses to run beside it.
         if cur.description is not None:
             await cur.close()
-        return cur.lastrowid if sql.lstrip()[:6].upper() == "INSERT" else cur.rowcount
+        return cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         try:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from navi_desktop.errors import InvalidInput
-from navi_desktop.memory.clock import iso, now_iso
+from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.memory.clock import check_iso, iso, now_iso
 from navi_desktop.memory.facts import MEMORY_COLUMNS, NewMemory
 from navi_desktop.memory.models import Memory, Message, Session
 
@@ -220,7 +221,44 @@ class SessionOps:
 
 
 class SessionAdminOps:
-    """Renaming, deleting and exporting whole sessions."""
+    """Whole sessions: creating, reading, listing, renaming, deleting and exporting them."""
+
+    async def create_session(
+        self: Store,
+        title: str | None = None,
+        *,
+        session_id: str | None = None,
+        at: str | None = None,
+    ) -> Session:
+        sid = session_id or uuid.uuid4().hex[:12]
+        when = check_iso(at, "at") if at else now_iso()
+        async with self.db.transaction():
+            if not await self.db.execute(
+                "INSERT INTO sessions (id, title, created_at, last_active_at)"
+                " VALUES (?1, ?2, ?3, ?3) ON CONFLICT DO NOTHING",
+                (sid, title, when),
+            ):
+                raise InvalidInput(f"session {sid!r} already exists")
+        return await self.get_session(sid)
+
+    async def get_session(self: Store, session_id: str) -> Session:
+        async with self.db.reading():
+            row = await self.db.fetchone(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+            )
+        if row is None:
+            raise NotFound(f"no session with id {session_id!r}")
+        return Session.from_row(row)
+
+    async def list_sessions(self: Store, *, limit: int = 100, offset: int = 0) -> list[Session]:
+        async with self.db.reading():
+            rows = await self.db.fetchall(
+                f"SELECT {SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
+                " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
+                " AS preview FROM sessions ORDER BY last_active_at DESC LIMIT ? OFFSET ?",
+                (limit, offset),
+            )
+        return [Session.from_row(r) for r in rows]
 
     async def rename_session(self: Store, session_id: str, title: str) -> Session:
         title = title.strip()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.maintenance import MaintenanceOps
 from navi_desktop.memory.match_counts import MatchCounts
 from navi_desktop.memory.migrations import check_schema, migrate
-from navi_desktop.memory.models import Message, Session
+from navi_desktop.memory.models import Message
 from navi_desktop.memory.search import SearchOps
 from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
@@ -143,37 +142,6 @@ class MemoryStore(
             await self._set_meta(key, value)
 
     # -- sessions and messages ----------------------------------------------------------------
-
-    async def create_session(
-        self, title: str | None = None, *, session_id: str | None = None, at: str | None = None
-    ) -> Session:
-        sid = session_id or uuid.uuid4().hex[:12]
-        when = check_iso(at, "at") if at else now_iso()
-        async with self.db.transaction():
-            if await self.db.scalar("SELECT 1 FROM sessions WHERE id = ?", (sid,)):
-                raise InvalidInput(f"session {sid!r} already exists")
-            await self.db.execute(
-                "INSERT INTO sessions (id, title, created_at, last_active_at) VALUES (?, ?, ?, ?)",
-                (sid, title, when, when),
-            )
-        return await self.get_session(sid)
-
-    async def get_session(self, session_id: str) -> Session:
-        async with self.db.reading():
-            row = await self.db.fetchone("SELECT * FROM sessions WHERE id = ?", (session_id,))
-        if row is None:
-            raise NotFound(f"no session with id {session_id!r}")
-        return Session.from_row(row)
-
-    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[Session]:
-        async with self.db.reading():
-            rows = await self.db.fetchall(
-                "SELECT s.*, (SELECT substr(m.content, 1, 120) FROM messages m"
-                " WHERE m.session_id = s.id AND m.role = 'user' ORDER BY m.id LIMIT 1) AS preview"
-                " FROM sessions s ORDER BY s.last_active_at DESC LIMIT ? OFFSET ?",
-                (limit, offset),
-            )
-        return [Session.from_row(r) for r in rows]
 
     async def save_message(
         self,
@@ -335,9 +303,9 @@ class MemoryStore(
             await self.db.execute(
                 f"DELETE FROM embeddings WHERE {column} = ? AND model = ?", (owner_id, model)
             )
-            eid = await self.db.execute(
+            eid = await self.db.scalar(
                 f"INSERT INTO embeddings ({column}, model, dim, content_hash, vector, bits,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (
                     owner_id,
                     model,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import uuid
 from typing import Any
 
 from navi_desktop.errors import InvalidInput, NotFound
@@ -24,7 +23,7 @@ from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.listing import ListingOps
-from navi_desktop.memory.models import Message, Session
+from navi_desktop.memory.models import Message
 from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.forget import PgForgetOps
@@ -37,7 +36,7 @@ from navi_desktop.memory.pg.search import PgSearchOps
 from navi_desktop.memory.pg.search_indexes import trigram_indexes, vector_index, word_matches
 from navi_desktop.memory.pg.session_admin import PgSessionAdminOps
 from navi_desktop.memory.pg.sessions import PgSessionOps
-from navi_desktop.memory.sessions import SESSION_COLUMNS, SessionAdminOps, SessionOps
+from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
 
@@ -164,40 +163,6 @@ class PgMemoryStore(
             await self._set_meta(key, value)
 
     # -- sessions and messages ----------------------------------------------------------------
-
-    async def create_session(
-        self, title: str | None = None, *, session_id: str | None = None, at: str | None = None
-    ) -> Session:
-        sid = session_id or uuid.uuid4().hex[:12]
-        when = check_iso(at, "at") if at else now_iso()
-        async with self.db.transaction():
-            added = await self.db.execute(
-                "INSERT INTO sessions (id, title, created_at, last_active_at)"
-                " VALUES ($1, $2, $3, $3) ON CONFLICT DO NOTHING",
-                (sid, title, when),
-            )
-            if not added:
-                raise InvalidInput(f"session {sid!r} already exists")
-        return await self.get_session(sid)
-
-    async def get_session(self, session_id: str) -> Session:
-        async with self.db.reading():
-            row = await self.db.fetchone(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1", (session_id,)
-            )
-        if row is None:
-            raise NotFound(f"no session with id {session_id!r}")
-        return Session.from_row(row)
-
-    async def list_sessions(self, *, limit: int = 100, offset: int = 0) -> list[Session]:
-        async with self.db.reading():
-            rows = await self.db.fetchall(
-                f"SELECT {SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
-                " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
-                " AS preview FROM sessions ORDER BY last_active_at DESC LIMIT $1 OFFSET $2",
-                (limit, offset),
-            )
-        return [Session.from_row(r) for r in rows]
 
     async def save_message(
         self,
