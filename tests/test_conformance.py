@@ -7,6 +7,7 @@ import pytest
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.memory import NewMemory
+from navi_desktop.memory import forget as forget_module
 from navi_desktop.memory.sessions import SessionWrite
 
 
@@ -161,6 +162,21 @@ async def test_forget_removes_every_copy_and_stays_forgotten(any_store):
     assert blocked.action == "blocked"
     back = await any_store.add_memory("PIN 7310", key="bank pin")  # the user, by hand
     assert back.action == "added"
+
+
+async def test_a_forgotten_phrase_is_found_in_a_long_text(any_store, monkeypatch):
+    """A text's phrases are looked up a chunk of hashes at a time (a server takes 32,767
+    parameters a statement): one at a time here, so the forgotten one is in a later chunk."""
+    monkeypatch.setattr(forget_module, "PHRASE_CHUNK", 1)
+    pin = (await any_store.add_memory("PIN 7310", key="bank pin")).memory
+    await any_store.forget(pin.id)
+    text = " ".join(f"word{i}" for i in range(40)) + " then PIN 7310 " + "more words " * 20
+    assert await any_store.contains_forgotten([text])
+    assert not await any_store.contains_forgotten([text.replace("7310", "7311")])
+    later = await any_store.add_memory(
+        "a note", key="note", evidence=text, source="conversation", actor="extraction"
+    )
+    assert later.action == "blocked"
 
 
 async def test_session_end_commits_writes_summary_and_watermark(any_store):

@@ -41,6 +41,7 @@ SCOPES = ("everywhere", "evidence")
 MIN_EVIDENCE = 4  # shorter quotes say too little to be matched on their own
 MANY_MESSAGES = 25  # a value in more messages than this needs explicit confirmation too
 MAX_PHRASE_WORDS = 64
+PHRASE_CHUNK = 1000  # phrase hashes looked up a statement at a time
 SENTENCE = re.compile(r"(?<=[.!?。！？])\s+|\n+")
 MATCHING_RULE = (
     "whole words, ignoring case, Unicode compatibility forms (NFKC), curly quotes and spacing;"
@@ -113,9 +114,9 @@ def preview_of(
 
 
 class ForgetReads:
-    """What both backends answer alike from their own queries (_tombstoned,
-    _forgotten_phrase, _row, _older_versions, _plan_scrub): the tombstones' key and hashes,
-    whether a text was forgotten, and what a forget would match and touch."""
+    """What both backends do alike: the tombstones (their key and hashes, burying, lifting,
+    checking a text against them) and what a forget would match and touch. The forget itself
+    and its scrub are each backend's (ForgetOps here, pg/forget.py)."""
 
     async def _tomb_key(self: Store) -> bytes:
         return bytes.fromhex(
@@ -186,11 +187,9 @@ class ForgetReads:
             narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
         return preview_of(memory_id, chain, wide, everywhere, narrow)
 
-
-class ForgetOps(ForgetReads, ScrubOps):
     # -- tombstones ----------------------------------------------------------------------------
 
-    async def _tombstoned(self: MemoryStore, kind: str, norm_key: str | None, value: str) -> bool:
+    async def _tombstoned(self: Store, kind: str, norm_key: str | None, value: str) -> bool:
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
         return bool(
             await self.db.scalar(
@@ -199,7 +198,7 @@ class ForgetOps(ForgetReads, ScrubOps):
             )
         )
 
-    async def _bury_phrases(self: MemoryStore, texts: Iterable[str]) -> None:
+    async def _bury_phrases(self: Store, texts: Iterable[str]) -> None:
         secret = await self._tomb_key()
         rows = []
         for text in texts:
@@ -208,11 +207,12 @@ class ForgetOps(ForgetReads, ScrubOps):
             if phrase and words <= MAX_PHRASE_WORDS:
                 rows.append((keyed_hash(secret, f"phrase\x1f{phrase}"), words, now_iso()))
         await self.db.executemany(
-            "INSERT OR IGNORE INTO forgotten_phrases (hash, words, created_at) VALUES (?, ?, ?)",
+            "INSERT INTO forgotten_phrases (hash, words, created_at) VALUES (?, ?, ?)"
+            " ON CONFLICT DO NOTHING",
             rows,
         )
 
-    async def _forgotten_phrase(self: MemoryStore, texts: Iterable[str | None]) -> bool:
+    async def _forgotten_phrase(self: Store, texts: Iterable[str | None]) -> bool:
         """Whether any text contains a phrase forgotten everywhere (as whole words)."""
         lengths = [
             r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
@@ -223,16 +223,18 @@ class ForgetOps(ForgetReads, ScrubOps):
         hashes = {
             keyed_hash(secret, f"phrase\x1f{p}") for t in texts if t for p in phrases(t, lengths)
         }
-        if not hashes:
-            return False
-        found = await self.db.fetchall(
-            f"SELECT 1 FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(hashes))})"
-            " LIMIT 1",
-            list(hashes),
-        )
-        return bool(found)
+        ordered = sorted(hashes)
+        for start in range(0, len(ordered), PHRASE_CHUNK):  # a server's statement: 32,767 at most
+            part = ordered[start : start + PHRASE_CHUNK]
+            if await self.db.scalar(
+                f"SELECT 1 FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(part))})"
+                " LIMIT 1",
+                part,
+            ):
+                return True
+        return False
 
-    async def _lift_tombstones(self: MemoryStore, kind: str, norm_key: str | None, value: str):
+    async def _lift_tombstones(self: Store, kind: str, norm_key: str | None, value: str) -> None:
         """The user saying it again, by hand, lifts its tombstones."""
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
         await self.db.execute(
@@ -244,6 +246,8 @@ class ForgetOps(ForgetReads, ScrubOps):
             (keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),),
         )
 
+
+class ForgetOps(ForgetReads, ScrubOps):
     # -- forget --------------------------------------------------------------------------------
 
     async def forget(

@@ -10,68 +10,22 @@ rewrites the tables for their owner."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.forget import (
-    MAX_PHRASE_WORDS,
     ForgetReads,
     ForgetReport,
     _check_scope,
     _needles,
 )
-from navi_desktop.memory.matching import phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED
-from navi_desktop.memory.textproc import keyed_hash
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
 
 class PgForgetOps(ForgetReads):
-    # -- tombstones ----------------------------------------------------------------------------
-
-    async def _tombstoned(self: PgMemoryStore, kind: str, norm_key: str | None, value: str) -> bool:
-        fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
-        return bool(
-            await self.db.scalar(
-                "SELECT 1 FROM tombstones WHERE fact_hash = $1 OR value_hash = $2",
-                (fact_hash, value_hash),
-            )
-        )
-
-    async def _forgotten_phrase(self: PgMemoryStore, texts: Iterable[str | None]) -> bool:
-        lengths = [
-            r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
-        ]
-        if not lengths:
-            return False
-        secret = await self._tomb_key()
-        hashes = {
-            keyed_hash(secret, f"phrase\x1f{p}") for t in texts if t for p in phrases(t, lengths)
-        }
-        return bool(hashes) and bool(
-            await self.db.scalar(
-                "SELECT 1 FROM forgotten_phrases WHERE hash = ANY($1::text[]) LIMIT 1",
-                (list(hashes),),
-            )
-        )
-
-    async def _lift_tombstones(
-        self: PgMemoryStore, kind: str, norm_key: str | None, value: str
-    ) -> None:
-        fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)
-        await self.db.execute(
-            "DELETE FROM tombstones WHERE fact_hash = $1 OR value_hash = $2",
-            (fact_hash, value_hash),
-        )
-        secret = await self._tomb_key()
-        await self.db.execute(
-            "DELETE FROM forgotten_phrases WHERE hash = $1",
-            (keyed_hash(secret, f"phrase\x1f{phrase_of(value)}"),),
-        )
-
     # -- forget --------------------------------------------------------------------------------
 
     async def forget(
@@ -112,20 +66,6 @@ class PgForgetOps(ForgetReads):
             report.redacted = plan.counts.lines()
         report.scrub_pending = await self._purge_free_space(ids)
         return report
-
-    async def _bury_phrases(self: PgMemoryStore, texts: Iterable[str]) -> None:
-        secret = await self._tomb_key()
-        rows = []
-        for text in texts:
-            phrase = phrase_of(text)
-            words = len(phrase.split(" "))
-            if phrase and words <= MAX_PHRASE_WORDS:
-                rows.append((keyed_hash(secret, f"phrase\x1f{phrase}"), words, now_iso()))
-        await self.db.executemany(
-            "INSERT INTO forgotten_phrases (hash, words, created_at) VALUES ($1, $2, $3)"
-            " ON CONFLICT DO NOTHING",
-            rows,
-        )
 
 
 __all__ = ["PgForgetOps"]
