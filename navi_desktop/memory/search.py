@@ -25,6 +25,7 @@ from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 from navi_desktop.memory.vector_search import VectorSearchOps
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class SearchOps(VectorSearchOps, HitOps):
     _match_counts: MatchCounts
 
     async def search(
-        self: MemoryStore,
+        self: Store,
         query: str,
         *,
         limit: int = 10,
@@ -110,6 +111,20 @@ class SearchOps(VectorSearchOps, HitOps):
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
         vector = await self._query_vector(query)
+        found = await self._signals(query, vector, filters)
+        signals = {name: found[name] for name in FUSION_ORDER if name in found}
+        async with self.db.reading():
+            scores, detail = self._fuse(signals)
+            self._drop_unrelated(scores, detail, len(vector) if vector is not None else 0)
+            if filters.kinds == ("message",):
+                await self._rerank_messages(query, scores, detail, limit)
+            order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
+            return await self._hydrate([(key, scores[key], detail[key]) for key in order])
+
+    async def _signals(
+        self: MemoryStore, query: str, vector: Any, filters: Filters
+    ) -> dict[str, list[tuple[Key, float]]]:
+        """Each signal's ranked list (the server has its own: pg/search.py)."""
         codes = await self._codes(vector)
         # A large index's vector scan first, on every read thread; then the signals side by
         # side, each on a read connection (Database.read), the costliest first.
@@ -119,15 +134,7 @@ class SearchOps(VectorSearchOps, HitOps):
             work["vector"] = partial(self._knn, codes, vector, filters, scanned)
         work["entity"] = partial(self._entities, query, filters)
         ranked = await asyncio.gather(*(self.db.read(w) for w in work.values()))
-        found = dict(zip(work, ranked, strict=True))
-        signals = {name: found[name] for name in FUSION_ORDER if name in found}
-        async with self.db.reading():
-            scores, detail = self._fuse(signals)
-            self._drop_unrelated(scores, detail, len(vector) if vector is not None else 0)
-            if filters.kinds == ("message",):
-                await self._rerank_messages(query, scores, detail, limit)
-            order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
-            return await self._hydrate([(key, scores[key], detail[key]) for key in order])
+        return dict(zip(work, ranked, strict=True))
 
     async def _query_vector(self: MemoryStore, query: str) -> Any:
         if self.embedder is None or not query.strip():

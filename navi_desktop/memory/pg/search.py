@@ -8,24 +8,21 @@ import asyncio
 import logging
 import math
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.match_counts import COUNT_RAISES, within_budget
-from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.pg.db import numbered
 from navi_desktop.memory.pg.vector_search import PgVectorSearchOps
 from navi_desktop.memory.search import (
     BM25_ROW_BUDGET,
     ENTITY_LINK_BUDGET,
-    FUSION_ORDER,
     Key,
     SearchOps,
 )
-from navi_desktop.memory.search_filters import MEMORIES, Filters, make_filters
+from navi_desktop.memory.search_filters import MEMORIES, Filters
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 
 if TYPE_CHECKING:
@@ -35,34 +32,7 @@ log = logging.getLogger(__name__)
 
 
 class PgSearchOps(PgVectorSearchOps, SearchOps):
-    async def search(
-        self: PgMemoryStore,
-        query: str,
-        *,
-        limit: int = 10,
-        kinds: Sequence[str] | None = None,
-        categories: Sequence[str] | None = None,
-        exclude_session: str | None = None,
-        since: str | None = None,
-        until: str | None = None,
-        include_inactive: bool = False,
-    ) -> list[SearchHit]:
-        """Best matches for any text (see the SQLite side's ``search``)."""
-        filters = make_filters(kinds, categories, exclude_session, since, until, include_inactive)
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")
-        vector = await self._query_vector(query)
-        found = await self._pg_signals(query, vector, filters)
-        async with self.db.reading():
-            signals = {name: found[name] for name in FUSION_ORDER if name in found}
-            scores, detail = self._fuse(signals)
-            self._drop_unrelated(scores, detail, len(vector) if vector is not None else 0)
-            if filters.kinds == ("message",):
-                await self._rerank_messages(query, scores, detail, limit)
-            order = sorted(scores, key=lambda k: (-scores[k], k))[:limit]
-            return await self._hydrate([(key, scores[key], detail[key]) for key in order])
-
-    async def _pg_signals(
+    async def _signals(
         self: PgMemoryStore, query: str, vector: Any, f: Filters
     ) -> dict[str, list[tuple[Key, float]]]:
         """Each signal's ranked list, the three at once on connections of their own (the
