@@ -12,6 +12,7 @@ from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
 
 
@@ -42,30 +43,31 @@ def decay_step(row: Any, when: datetime, policy: DecayPolicy) -> tuple[str, floa
     return "keep", retention
 
 
-class MaintenanceOps:
-    # -- decay ---------------------------------------------------------------------------------
+class FadingOps:
+    """Recall, expiry and the forgetting curve, one copy for both backends (the server locks
+    the rows it reads first: ROW_LOCK)."""
 
-    async def touch(self: MemoryStore, memory_ids: list[int]) -> None:
+    async def touch(self: Store, memory_ids: list[int]) -> None:
         """Memories were used (put into a prompt): recall strengthens them."""
         if not memory_ids:
             return
         async with self.db.transaction():
             await self._mark_used(memory_ids, now_iso())
 
-    async def _mark_used(self: MemoryStore, memory_ids: list[int], at: str) -> None:
+    async def _mark_used(self: Store, memory_ids: list[int], at: str) -> None:
         await self.db.executemany(
             "UPDATE memories SET last_used_at = ?, strength = 1.0 WHERE id = ?",
             [(at, i) for i in memory_ids],
         )
 
-    async def archive_expired(self: MemoryStore, *, now: str | None = None) -> list[int]:
+    async def archive_expired(self: Store, *, now: str | None = None) -> list[int]:
         """Archive (never delete) the current facts whose expiry has passed, pinned ones too:
         an expiry is the user's word that it stops being true. Each gets a history row."""
         when = check_iso(now, "now") if now else now_iso()
         async with self.db.transaction():
             rows = await self.db.fetchall(
                 "SELECT id, status, expires_at FROM memories WHERE expires_at IS NOT NULL"
-                " AND expires_at <= ? AND status IN ('active', 'held') ORDER BY id",
+                f" AND expires_at <= ? AND status IN ('active', 'held') ORDER BY id{self.ROW_LOCK}",
                 (when,),
             )
             for row in rows:
@@ -77,7 +79,7 @@ class MaintenanceOps:
         return [r["id"] for r in rows]
 
     async def decay(
-        self: MemoryStore, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()
+        self: Store, *, now: str | None = None, policy: DecayPolicy = DecayPolicy()
     ) -> DecayReport:
         """Archive what expired, then let the rest fade along the forgetting curve."""
         when = parse_iso(now or now_iso())
@@ -86,7 +88,9 @@ class MaintenanceOps:
             rows = await self.db.fetchall(
                 "SELECT id, mentions, strength, coalesce(last_used_at, updated_at) AS seen"
                 " FROM memories WHERE kind = 'fact' AND status = 'active' AND pinned = 0"
+                f" ORDER BY id{self.ROW_LOCK}"
             )
+            faded: list[tuple[float, int]] = []
             for row in rows:
                 step, retention = decay_step(row, when, policy)
                 if step == "archive":
@@ -104,14 +108,15 @@ class MaintenanceOps:
                     )
                     report.archived.append(row["id"])
                 elif step == "fade":
-                    await self.db.execute(
-                        "UPDATE memories SET strength = ? WHERE id = ?", (retention, row["id"])
-                    )
-                    report.updated += 1
+                    faded.append((retention, row["id"]))
+            await self.db.executemany("UPDATE memories SET strength = ? WHERE id = ?", faded)
+            report.updated = len(faded)
             if report.archived:
                 await self._mark_profile_stale()
         return report
 
+
+class MaintenanceOps:
     async def optimize(self: MemoryStore) -> None:
         """Refresh the query planner's statistics where the tables have changed much (run by
         the periodic maintenance: the daemon's connection lives for days)."""

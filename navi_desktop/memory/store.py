@@ -30,7 +30,7 @@ from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.listing import ListingOps
-from navi_desktop.memory.maintenance import MaintenanceOps
+from navi_desktop.memory.maintenance import FadingOps, MaintenanceOps
 from navi_desktop.memory.match_counts import MatchCounts
 from navi_desktop.memory.migrations import check_schema, migrate
 from navi_desktop.memory.models import Message
@@ -60,6 +60,7 @@ class MemoryStore(
     EntityOps,
     ExchangeOps,
     MaintenanceOps,
+    FadingOps,
     ListingOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory."""
