@@ -304,7 +304,7 @@ class EntityOps:
             )
             return await self._profile(await self._entity_row(shown), PROFILE_LIMIT)
 
-    async def merge_entities(self: MemoryStore, name: str, other: str) -> EntityProfile:
+    async def merge_entities(self: Store, name: str, other: str) -> EntityProfile:
         """Make ``other`` part of ``name``: its name and aliases become aliases of ``name``,
         its links move to ``name`` (a memory that named both is linked once), its type fills
         in a missing one, and ``other`` is gone."""
@@ -312,17 +312,18 @@ class EntityOps:
             keep = await self._entity_row(name)
             gone = await self._entity_row(other, "other entity")
             check_merge(keep, gone, name, other)
-            for column in ("memory_id", "message_id"):
-                # Unique per entity and owner: OR IGNORE leaves the duplicates, which go below.
-                await self.db.execute(
-                    f"UPDATE OR IGNORE entity_links SET entity_id = ?"
-                    f" WHERE entity_id = ? AND {column} IS NOT NULL",
-                    (keep["id"], gone["id"]),
-                )
+            # A memory or message linked to both keeps its link to ``keep`` only.
             await self.db.execute(
-                "UPDATE entity_aliases SET entity_id = ? WHERE entity_id = ?",
+                "DELETE FROM entity_links AS g WHERE g.entity_id = ?2 AND EXISTS"
+                " (SELECT 1 FROM entity_links k WHERE k.entity_id = ?1"
+                " AND (k.memory_id = g.memory_id OR k.message_id = g.message_id))",
                 (keep["id"], gone["id"]),
             )
+            for table in ("entity_links", "entity_aliases"):
+                await self.db.execute(
+                    f"UPDATE {table} SET entity_id = ? WHERE entity_id = ?",
+                    (keep["id"], gone["id"]),
+                )
             await self.db.execute("DELETE FROM entities WHERE id = ?", (gone["id"],))
             await self.db.execute(
                 "INSERT INTO entity_aliases (entity_id, name, norm) VALUES (?, ?, ?)",
@@ -332,6 +333,6 @@ class EntityOps:
                 await self.db.execute(
                     "UPDATE entities SET type = ? WHERE id = ?", (gone["type"], keep["id"])
                 )
-            # Links moved without the table shrinking: search's kept counts would not see it.
-            self._match_counts.drop("entity_links")
+            # Links moved without the table shrinking: counts kept by search would not see it.
+            self._links_moved()
             return await self._profile(await self._entity_row(keep["name"]), PROFILE_LIMIT)

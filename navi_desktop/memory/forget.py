@@ -113,7 +113,7 @@ def preview_of(
     )
 
 
-class ForgetReads:
+class ForgetCommon:
     """What both backends do alike: the tombstones (their key and hashes, burying, lifting,
     checking a text against them) and what a forget would match and touch. The forget itself
     and its scrub are each backend's (ForgetOps here, pg/forget.py)."""
@@ -247,7 +247,7 @@ class ForgetReads:
         )
 
 
-class ForgetOps(ForgetReads, ScrubOps):
+class ForgetOps(ForgetCommon, ScrubOps):
     # -- forget --------------------------------------------------------------------------------
 
     async def forget(

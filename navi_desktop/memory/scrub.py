@@ -26,6 +26,7 @@ from navi_desktop.memory.scrub_plan import ScrubCounts, ScrubPlan
 from navi_desktop.memory.textproc import normalize_key
 
 if TYPE_CHECKING:
+    from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,30 @@ def _candidates(matcher: Matcher, columns: tuple[str, ...], *, json: bool = Fals
         if json:
             parts.append(f"instr({text}, '\\') > 0")
     return "(" + " OR ".join(parts) + ")", params
+
+
+async def redact_memory(store: Store, memory_id: int, changes: dict[str, Any]) -> None:
+    """Write a scrub's changes to one memory and index it again, on either backend (inside a
+    transaction). Its history names only the places, never the text that went."""
+    row = await store._row(memory_id)
+    merged = {c: row[c] for c in _MEMORY_COLUMNS} | changes
+    norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
+    await store.db.execute(
+        "UPDATE memories SET value = ?, evidence = ?, subject = ?, key = ?, norm_key = ?,"
+        " updated_at = ? WHERE id = ?",
+        (
+            merged["value"],
+            merged["evidence"],
+            merged["subject"],
+            merged["key"],
+            norm_key,
+            now_iso(),
+            memory_id,
+        ),
+    )
+    await store._unindex_memory(memory_id)
+    await store._index_memory(await store._row(memory_id))
+    await store._history(memory_id, "redact", "forget", new={"redacted": sorted(changes)})
 
 
 class ScrubOps:
@@ -152,26 +177,7 @@ class ScrubOps:
             [(title, reason, sid) for sid, (title, reason) in plan.sessions.items()],
         )
         for memory_id, changes in plan.memories.items():
-            row = await self._row(memory_id)
-            merged = {c: row[c] for c in _MEMORY_COLUMNS} | changes
-            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
-            await self.db.execute(
-                "UPDATE memories SET value = ?, evidence = ?, subject = ?, key = ?, norm_key = ?,"
-                " updated_at = ? WHERE id = ?",
-                (
-                    merged["value"],
-                    merged["evidence"],
-                    merged["subject"],
-                    merged["key"],
-                    norm_key,
-                    now_iso(),
-                    memory_id,
-                ),
-            )
-            await self._unindex_memory(memory_id)
-            await self._index_memory(await self._row(memory_id))
-            # Only the places are recorded, never the text that went.
-            await self._history(memory_id, "redact", "forget", new={"redacted": sorted(changes)})
+            await redact_memory(self, memory_id, changes)
         await self.db.executemany(
             "UPDATE memory_history SET old = ?, new = ? WHERE id = ?",
             [(old, new, hid) for hid, (old, new) in plan.history.items()],

@@ -245,6 +245,10 @@ class MemoryStore(
         # Counts kept by search go with the rows, even when new ones hide the shrink.
         self._match_counts.drop("memories_fts", "entity_links")
 
+    def _links_moved(self) -> None:
+        """Entity links changed owner (a merge) without the table shrinking."""
+        self._match_counts.drop("entity_links")
+
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
         pairs = [(name, norm) for name in names if (norm := normalize(name))]
         if not pairs:

@@ -1,5 +1,5 @@
-"""Entities on the server: what its SQL says differently from the file's (suggestions, the
-list, merge). Profiles, renames and model enrichment are the file's code (entity_profiles.py,
+"""Entities on the server: what its SQL says differently from the file's (suggestions and the
+list). Profiles, renames, merges and model enrichment are the file's code (entity_profiles.py,
 entity_enrichment.py) on the server's database. Names sort by code point (COLLATE "C"), as
 SQLite's do."""
 
@@ -9,12 +9,9 @@ from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.entity_profiles import (
-    PROFILE_LIMIT,
     SORTS,
     SUGGEST_POOL,
-    EntityProfile,
     EntitySummary,
-    check_merge,
     like_pattern,
     suggestion,
 )
@@ -88,34 +85,3 @@ class PgEntityOps:
         return out, int(total)
 
     # -- changing ------------------------------------------------------------------------------
-
-    async def merge_entities(self: PgMemoryStore, name: str, other: str) -> EntityProfile:
-        """Make ``other`` part of ``name``: its name and aliases become aliases of ``name``,
-        its links move to ``name`` (a memory that named both is linked once), its type fills
-        in a missing one, and ``other`` is gone."""
-        async with self.db.transaction():
-            keep = await self._entity_row(name)
-            gone = await self._entity_row(other, "other entity")
-            check_merge(keep, gone, name, other)
-            # A memory or message linked to both keeps its link to ``keep`` only.
-            await self.db.execute(
-                "DELETE FROM entity_links g WHERE g.entity_id = $2 AND EXISTS"
-                " (SELECT 1 FROM entity_links k WHERE k.entity_id = $1"
-                " AND (k.memory_id = g.memory_id OR k.message_id = g.message_id))",
-                (keep["id"], gone["id"]),
-            )
-            for table in ("entity_links", "entity_aliases"):
-                await self.db.execute(
-                    f"UPDATE {table} SET entity_id = $1 WHERE entity_id = $2",
-                    (keep["id"], gone["id"]),
-                )
-            await self.db.execute("DELETE FROM entities WHERE id = $1", (gone["id"],))
-            await self.db.execute(
-                "INSERT INTO entity_aliases (entity_id, name, norm) VALUES ($1, $2, $3)",
-                (keep["id"], gone["name"], gone["norm"]),
-            )
-            if keep["type"] is None and gone["type"] is not None:
-                await self.db.execute(
-                    "UPDATE entities SET type = $1 WHERE id = $2", (gone["type"], keep["id"])
-                )
-            return await self._profile(await self._entity_row(keep["name"]), PROFILE_LIMIT)

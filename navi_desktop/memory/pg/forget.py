@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.forget import (
-    ForgetReads,
+    ForgetCommon,
     ForgetReport,
     _check_scope,
     _needles,
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
 
-class PgForgetOps(ForgetReads):
+class PgForgetOps(ForgetCommon):
     # -- forget --------------------------------------------------------------------------------
 
     async def forget(

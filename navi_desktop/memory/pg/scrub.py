@@ -16,10 +16,10 @@ from navi_desktop.memory.documents import message_documents
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.models import Memory
 from navi_desktop.memory.pg.db import SCHEMA
-from navi_desktop.memory.scrub import PENDING_KEY
+from navi_desktop.memory.scrub import PENDING_KEY, redact_memory
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS as SCRUBBED_COLUMNS
 from navi_desktop.memory.scrub_plan import ScrubPlan
-from navi_desktop.memory.textproc import entity_names, normalize_key
+from navi_desktop.memory.textproc import entity_names
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
@@ -157,26 +157,7 @@ class PgScrubOps:
             [(title, reason, sid) for sid, (title, reason) in plan.sessions.items()],
         )
         for memory_id, changes in plan.memories.items():
-            row = await self._row(memory_id)
-            merged = {c: row[c] for c in SCRUBBED_COLUMNS} | changes
-            norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
-            await self.db.execute(
-                "UPDATE memories SET value = $1, evidence = $2, subject = $3, key = $4,"
-                " norm_key = $5, updated_at = $6 WHERE id = $7",
-                (
-                    merged["value"],
-                    merged["evidence"],
-                    merged["subject"],
-                    merged["key"],
-                    norm_key,
-                    now_iso(),
-                    memory_id,
-                ),
-            )
-            await self.db.execute("DELETE FROM embeddings WHERE memory_id = $1", (memory_id,))
-            await self._index_memory(await self._row(memory_id))
-            # Only the places are recorded, never the text that went.
-            await self._history(memory_id, "redact", "forget", new={"redacted": sorted(changes)})
+            await redact_memory(self, memory_id, changes)
         await self.db.executemany(
             "UPDATE memory_history SET old = $1, new = $2 WHERE id = $3",
             [(old, new, hid) for hid, (old, new) in plan.history.items()],

@@ -243,6 +243,9 @@ class PgMemoryStore(
         # next embedding pass.
         await self.db.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
 
+    def _links_moved(self) -> None:
+        """Nothing to drop: the server's search keeps no counts between searches."""
+
     async def _link_entities(self, column: str, owner_id: int, names: list[str]) -> None:
         pairs = [(name, norm) for name in names if (norm := normalize(name))]
         if not pairs:
