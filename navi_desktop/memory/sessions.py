@@ -20,6 +20,7 @@ MAX_ACTIVE_RULES = 20
 SESSION_COLUMNS = (
     "id, title, created_at, last_active_at, state, processed_upto, pending_reason, ended_at"
 )
+MESSAGE_COLUMNS = "id, session_id, role, name, content, created_at, meta"
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,7 @@ class SessionAdminOps:
         await self.get_session(session_id)  # NotFound for an unknown id
         async with self.db.transaction():
             row = await self.db.fetchone(
-                "SELECT * FROM messages WHERE session_id = ? AND role = 'user'"
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = ? AND role = 'user'"
                 " ORDER BY id DESC LIMIT 1",
                 (session_id,),
             )
@@ -318,7 +319,8 @@ class SessionAdminOps:
             # Message ids can be reused once the newest rows are gone: a watermark past the user
             # message would count the new reply as processed, and the session end would skip it.
             await self.db.execute(
-                "UPDATE sessions SET processed_upto = min(processed_upto, ?) WHERE id = ?",
+                "UPDATE sessions SET processed_upto = CASE WHEN processed_upto > ?1 THEN ?1"
+                " ELSE processed_upto END WHERE id = ?2",
                 (row["id"], session_id),
             )
         return Message.from_row(row)

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.documents import message_documents
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.models import Memory
 from navi_desktop.memory.pg.db import SCHEMA
 from navi_desktop.memory.scrub import PENDING_KEY, redact_memory
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS as SCRUBBED_COLUMNS
 from navi_desktop.memory.scrub_plan import ScrubPlan
+from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 from navi_desktop.memory.textproc import entity_names
 
 if TYPE_CHECKING:
@@ -74,7 +76,6 @@ class PgScrubOps:
         samples: int = 0,
     ) -> ScrubPlan:
         """Every occurrence (inside a transaction or ``reading()``); see the SQLite side."""
-        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         plan = ScrubPlan(matcher, samples)
         if not matcher:
@@ -174,13 +175,13 @@ class PgScrubOps:
         )
 
     async def _reindex_message(self: PgMemoryStore, message_id: int, *, relink: bool) -> None:
-        from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS, tsv_sql
+        from navi_desktop.memory.pg.store import tsv_sql
 
         row = await self.db.fetchone(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = $1", (message_id,)
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1", (message_id,)
         )
         previous = await self.db.fetchone(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND id < $2"
+            f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 AND id < $2"
             " ORDER BY id DESC LIMIT 1",
             (row["session_id"], message_id),
         )
@@ -289,7 +290,6 @@ class PgScrubOps:
 
     async def redacted_summaries(self: PgMemoryStore) -> list[Memory]:
         """Session summaries and reflections that still show where text was forgotten."""
-        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         async with self.db.reading():
             rows = await self.db.fetchall(
@@ -301,7 +301,6 @@ class PgScrubOps:
 
     async def rewrite_summary(self: PgMemoryStore, memory_id: int, was: str, text: str) -> bool:
         """Replace a redacted summary by a rewritten one, unless it changed meanwhile."""
-        from navi_desktop.memory.facts import MEMORY_COLUMNS
 
         async with self.db.transaction():
             row = await self.db.fetchone(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.match_counts import COUNT_RAISES, within_budget
 from navi_desktop.memory.pg.db import numbered
 from navi_desktop.memory.pg.vector_search import PgVectorSearchOps
@@ -23,6 +24,7 @@ from navi_desktop.memory.search import (
     SearchOps,
 )
 from navi_desktop.memory.search_filters import MEMORIES, Filters
+from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 from navi_desktop.memory.textproc import fts_terms, normalize, tokens
 
 if TYPE_CHECKING:
@@ -205,13 +207,11 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
     ) -> list[Any]:
         """Rows for the shared re-ranking and hits (search_hits.py); "*" means the table's
         columns without its tsvector."""
-        from navi_desktop.memory.facts import MEMORY_COLUMNS
-        from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS
 
         if not ids:
             return []
         if columns == "*":
-            columns = MEMORY_COLUMNS if table == "memories" else _MESSAGE_COLUMNS
+            columns = MEMORY_COLUMNS if table == "memories" else MESSAGE_COLUMNS
         return await self.db.fetchall(
             f"SELECT {columns} FROM {table} WHERE id = ANY($1::bigint[])", (ids,)
         )

@@ -11,6 +11,8 @@ import numpy as np
 
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.documents import memory_text, message_text
+from navi_desktop.memory.facts import MEMORY_COLUMNS
+from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
@@ -27,8 +29,6 @@ class PgSessionOps:
         how many texts were embedded."""
         if self.embedder is None:
             return 0
-        from navi_desktop.memory.facts import MEMORY_COLUMNS
-        from navi_desktop.memory.pg.store import _MESSAGE_COLUMNS
 
         model, done = self.embedder.model, 0
         targets = [
@@ -41,7 +41,7 @@ class PgSessionOps:
             ),
         ]
         if messages:
-            targets.append(("message_id", "messages", _MESSAGE_COLUMNS, message_text, ""))
+            targets.append(("message_id", "messages", MESSAGE_COLUMNS, message_text, ""))
         for column, table, columns, render, where in targets:
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)

@@ -35,9 +35,8 @@ from navi_desktop.memory.pg.schema import migrate
 from navi_desktop.memory.pg.scrub import PgScrubOps
 from navi_desktop.memory.pg.search import PgSearchOps
 from navi_desktop.memory.pg.search_indexes import trigram_indexes, vector_index, word_matches
-from navi_desktop.memory.pg.session_admin import PgSessionAdminOps
 from navi_desktop.memory.pg.sessions import PgSessionOps
-from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
+from navi_desktop.memory.sessions import MESSAGE_COLUMNS, SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
 
@@ -61,7 +60,6 @@ class PgMemoryStore(
     PgMaintenanceOps,
     PgScrubOps,
     PgSearchOps,
-    PgSessionAdminOps,
     PgSessionOps,
     FactOps,
     StateOps,
@@ -189,7 +187,7 @@ class PgMemoryStore(
             if not touched:
                 raise NotFound(f"no session with id {session_id!r}")
             previous = await self.db.fetchone(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
                 " ORDER BY id DESC LIMIT 1",
                 (session_id,),
             )
@@ -197,7 +195,7 @@ class PgMemoryStore(
             body, context = message_documents(draft, previous)
             row = await self.db.fetchone(
                 "INSERT INTO messages (session_id, role, name, content, created_at, meta, tsv)"
-                f" VALUES ($1, $2, $3, $4, $5, $6, {tsv_sql(7)}) RETURNING {_MESSAGE_COLUMNS}",
+                f" VALUES ($1, $2, $3, $4, $5, $6, {tsv_sql(7)}) RETURNING {MESSAGE_COLUMNS}",
                 (
                     session_id,
                     role,
@@ -218,7 +216,7 @@ class PgMemoryStore(
         """A session's messages in order: those after ``after_id``, or only the ``last`` N."""
         async with self.db.reading():
             rows = await self.db.fetchall(
-                f"SELECT * FROM (SELECT {_MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
+                f"SELECT * FROM (SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1"
                 " AND id > $2 ORDER BY id DESC LIMIT $3) m ORDER BY id",
                 (session_id, after_id, last),
             )
@@ -242,6 +240,10 @@ class PgMemoryStore(
         # The words and the links are rewritten by _index_memory; the vectors wait for the
         # next embedding pass.
         await self.db.execute("DELETE FROM embeddings WHERE memory_id = ?", (memory_id,))
+
+    async def _unindex_messages(self, message_ids: list[int]) -> None:
+        """Nothing beside the rows: a message's words are in its row, and its vectors, links
+        and ledger rows go with it (ON DELETE CASCADE)."""
 
     def _links_moved(self) -> None:
         """Nothing to drop: the server's search keeps no counts between searches."""
@@ -312,9 +314,6 @@ async def _profile_row(db: PgDatabase, profile: str, owner: str | None, create: 
         if found is None:
             raise NotFound(f"no profile {profile!r} of role {owner!r} on {db.shown}")
         return int(found)
-
-
-_MESSAGE_COLUMNS = "id, session_id, role, name, content, created_at, meta"
 
 
 class ChangeFeed:
