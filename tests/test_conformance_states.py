@@ -227,3 +227,15 @@ async def test_a_session_end_promotes_a_waiting_candidate_once(any_store):
     assert (await any_store.get(waiting)).mentions == 2  # strengthened once, not twice
     with pytest.raises(InvalidInput, match="no session with id 'nope'"):
         await any_store.commit_session("nope", first, end, None)
+
+
+async def test_a_chunk_that_does_not_move_the_watermark_still_commits(any_store):
+    """One long message split across chunks: the first chunk's end is no watermark (the
+    pipeline passes 0), and what it learned must land all the same."""
+    await any_store.create_session(session_id="s1")
+    await any_store.save_message("s1", "user", "I moved to Porto " * 50)
+    write = SessionWrite("add", NewMemory(value="Porto", key="city", source="conversation"))
+    done = await any_store.commit_session("s1", 0, [write], None)
+    assert len(done.ids["added"]) == 1
+    assert (await any_store.get(done.ids["added"][0])).value == "Porto"
+    assert (await any_store.get_session("s1")).processed_upto == 0

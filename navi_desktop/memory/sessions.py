@@ -71,7 +71,9 @@ class SessionOps:
             )
             if done_upto is None:
                 raise InvalidInput(f"no session with id {session_id!r}")
-            if done_upto >= upto_message_id:
+            # An end already committed (another daemon, a retry) moved the watermark; a chunk
+            # that moves none (0: one long message goes on in the next chunk) always commits.
+            if upto_message_id and done_upto >= upto_message_id:
                 return result
             for w in writes:
                 if w.action == "strengthen" and w.target_id is not None:
