@@ -149,9 +149,6 @@ class EntityOps:
     """Entities' profiles and renames, for both backends; the server has its own suggestions,
     list and merge (pg/entities.py)."""
 
-    # Names sort by code point on both backends (the server's collation may not).
-    NAME_ORDER = "norm"
-
     # -- reading -------------------------------------------------------------------------------
 
     async def _entity_row(self: Store, text: str, what: str = "entity") -> Any:

@@ -154,10 +154,6 @@ def restated_expiry(row: Any, item: NewMemory) -> tuple[str | None] | None:
 
 
 class FactOps:
-    # How a memory without a key finds one with the same text (any case): an index on the
-    # file's memories (kind, value COLLATE NOCASE) serves this; the server indexes lower(value).
-    SAME_VALUE = "value = ? COLLATE NOCASE"
-
     async def _history(
         self: Store,
         memory_id: int,

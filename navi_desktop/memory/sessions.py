@@ -45,10 +45,6 @@ class SessionCommit:
 
 
 class SessionOps:
-    # How a session's row is read before it changes: the server locks it (two daemons may end
-    # one session at once); the file's writes are already one at a time.
-    ROW_LOCK = ""
-
     async def commit_session(
         self: Store,
         session_id: str,

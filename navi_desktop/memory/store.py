@@ -65,6 +65,14 @@ class MemoryStore(
 ):
     """Everything the daemon (or the CLI) does with one profile's memory."""
 
+    # Where the code both backends run says things differently (the server's values:
+    # pg/store.PgMemoryStore). A row read before it changes needs no lock: the file's writes
+    # are one at a time. A memory without a key finds one with the same text through the
+    # index on (kind, value COLLATE NOCASE). Names sort by code point.
+    ROW_LOCK = ""
+    SAME_VALUE = "value = ? COLLATE NOCASE"
+    NAME_ORDER = "norm"
+
     def __init__(self, db: Database, embedder: Embedder | None = None) -> None:
         self.db = db
         self.embedder = embedder

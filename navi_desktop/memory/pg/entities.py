@@ -29,8 +29,6 @@ _LINKS = (
 
 
 class PgEntityOps:
-    NAME_ORDER = 'norm COLLATE "C"'
-
     # -- reading -------------------------------------------------------------------------------
 
     async def _suggestion(self: PgMemoryStore, norm: str) -> str:

@@ -76,8 +76,10 @@ class PgMemoryStore(
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
     backend = "postgres"
+    # Where the shared code's SQL differs (the file's values: store.MemoryStore).
+    ROW_LOCK = " FOR UPDATE"  # two daemons may change one profile at once
     SAME_VALUE = "lower(value) = lower(?)"  # memories_unkeyed indexes lower(value)
-    ROW_LOCK = " FOR UPDATE"
+    NAME_ORDER = 'norm COLLATE "C"'  # code point order, whatever the server's collation
 
     def __init__(
         self, db: PgDatabase, user_id: int, profile: str, embedder: Embedder | None
