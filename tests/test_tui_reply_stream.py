@@ -178,7 +178,7 @@ async def test_parts_far_from_the_view_fold_and_unfold_when_scrolled_to(monkeypa
 async def test_full_garbage_collections_wait_for_the_end_of_a_reply(monkeypatch):
     """A full collection walks every object the app holds (a frozen UI): none while a reply
     streams, one soon after it ends, then Python's own schedule again."""
-    monkeypatch.setattr("navi_desktop.tui.chat.stream.AFTER_REPLY_S", 0.05)
+    monkeypatch.setattr("navi_desktop.tui.garbage.AFTER_REPLY_S", 0.05)
     threshold = gc.get_threshold()
     view = MessageView("assistant")
     async with Transcript(view).run_test(size=(80, 20)) as pilot:
@@ -196,8 +196,8 @@ async def test_full_garbage_collections_wait_for_the_end_of_a_reply(monkeypatch)
 async def test_replies_back_to_back_still_get_a_full_collection(monkeypatch):
     """Held back too long (the next reply came before the collection after the last one):
     the next reply collects before it starts."""
-    monkeypatch.setattr("navi_desktop.tui.chat.stream.AFTER_REPLY_S", 60.0)
-    monkeypatch.setattr("navi_desktop.tui.chat.stream.MAX_HOLD_S", 0.0)
+    monkeypatch.setattr("navi_desktop.tui.garbage.AFTER_REPLY_S", 60.0)
+    monkeypatch.setattr("navi_desktop.tui.garbage.MAX_HOLD_S", 0.0)
     first, second = MessageView("assistant"), MessageView("assistant")
     async with Transcript(first).run_test(size=(80, 20)) as pilot:
         await first.begin_stream()

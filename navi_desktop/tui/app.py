@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from navi_desktop.config import Settings, load_settings
 from navi_desktop.paths import Paths
+from navi_desktop.tui.garbage import full_collections
 from navi_desktop.tui.keys import navi_commands, save_screenshot
 from navi_desktop.tui.link import DaemonLink, LinkState
 from navi_desktop.tui.status import Status, daemon_fields, learning_of, same_model
@@ -105,7 +106,11 @@ class NaviApp(App[None]):
     # -- start ---------------------------------------------------------------------------------
 
     def on_mount(self) -> None:
+        full_collections.start()
         self.run_worker(self.link.run(), name="daemon link", group="link", exit_on_error=False)
+
+    def on_unmount(self) -> None:
+        full_collections.stop()
 
     def _apply_ui_settings(self, settings: Settings) -> None:
         if settings.ui.theme in self.available_themes:

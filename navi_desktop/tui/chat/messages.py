@@ -17,6 +17,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Label
 
+from navi_desktop.tui.garbage import full_collections
 from navi_desktop.tui.widgets.growing import Growing
 
 if TYPE_CHECKING:
@@ -170,8 +171,6 @@ class MessageView(Vertical, Growing, can_focus=True):
         await self.add_used_link()
 
     def on_unmount(self) -> None:
-        from navi_desktop.tui.chat.stream import full_collections
-
         if self._stream is not None:  # removed mid-reply (the app quit): its task ends too
             self._stream.cancel()
         full_collections.settle()  # the app may quit before the collection after a reply

@@ -17,9 +17,7 @@ This module imports Textual's Markdown: it is imported with the first message, n
 from __future__ import annotations
 
 import asyncio
-import gc
 import re
-import time
 import weakref
 
 from textual.containers import ScrollableContainer
@@ -28,11 +26,10 @@ from textual.widget import Widget
 from textual.widgets import Markdown
 from textual.widgets.markdown import MarkdownBlock
 
+from navi_desktop.tui.garbage import full_collections
 from navi_desktop.tui.widgets.growing import Growing
 
 FRAME_S = 1 / 30  # deltas wait at most this long: one Markdown update a frame at 30 fps
-AFTER_REPLY_S = 1.0  # the full garbage collection held back during a reply runs this long after
-MAX_HOLD_S = 120.0  # replies that follow each other closely still get a full collection
 PART_BLOCKS = 12  # blocks in the live part before its finished ones are sealed
 # A reference definition ("[1]: https://…") may give a link in an earlier part its target:
 # a reply with one is shown again in one piece when it ends.
@@ -82,48 +79,6 @@ class ReplyPart(Markdown, Growing):
         return height
 
 
-class FullCollections:
-    """Python's full garbage collections held back while a reply streams, and run once after.
-
-    Drawing a streamed reply makes cyclic garbage (Textual's strips) fast enough for a full
-    collection about once a second, and a full collection walks every object the app holds:
-    45 ms at start, 170 ms after a 5,000-token reply on a 2-core machine, each a frozen UI.
-    Young objects are still collected as usual."""
-
-    def __init__(self) -> None:
-        self.streams = 0
-        self._threshold: tuple[int, int, int] | None = None  # Python's, while held
-        self._since = 0.0  # the last full collection, while held
-
-    def hold(self) -> None:
-        now = time.monotonic()
-        if self._threshold is None:
-            self._threshold = gc.get_threshold()
-            young, middle, _ = self._threshold
-            gc.set_threshold(young, middle, 2**31 - 1)
-            self._since = now
-        elif now - self._since > MAX_HOLD_S:  # no pause between replies for long: before this one
-            gc.collect()
-            self._since = now
-        self.streams += 1
-
-    def release(self) -> None:
-        """A reply ended: collect once the user reads it (a full collection now would be a
-        stutter at its last frame), then let Python collect as usual."""
-        self.streams = max(0, self.streams - 1)
-        if self.streams == 0:
-            asyncio.get_running_loop().call_later(AFTER_REPLY_S, self.settle, True)
-
-    def settle(self, collect: bool = False) -> None:
-        """Python's own schedule again, unless a reply streams."""
-        if self.streams == 0 and self._threshold is not None:
-            if collect:
-                gc.collect()
-            gc.set_threshold(*self._threshold)
-            self._threshold = None
-
-
-full_collections = FullCollections()
 _WATCHED: weakref.WeakSet[Widget] = weakref.WeakSet()  # scrollers that refold on a scroll
 
 

@@ -1,0 +1,95 @@
+"""Python's full garbage collections kept off the screen's time.
+
+A full collection walks every object the app holds, and the screen freezes while it does:
+after a 5,000-token reply that took ~320 ms on a 2-core machine. Two things keep it short:
+
+- None runs while a reply streams (drawing it makes cyclic garbage fast enough for one about
+  every second); one runs soon after the reply ends.
+- While the app runs, what is there when a reply starts, and what survives the collection
+  after it, is frozen (``gc.freeze``): full collections walk only what came since, so their
+  cost follows the last reply, not the whole transcript and all that Textual built to start.
+
+Cyclic garbage among frozen objects (a transcript replaced, rows rebuilt) is not collected
+until a thorough collection, which thaws everything and walks it again: at most every
+``THOROUGH_S``. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+
+AFTER_REPLY_S = 1.0  # the full collection held back during a reply runs this long after
+MAX_HOLD_S = 120.0  # replies that follow each other closely still get a full collection
+THOROUGH_S = 300.0  # at most this long between collections that walk frozen objects too
+
+
+class FullCollections:
+    def __init__(self) -> None:
+        self.streams = 0
+        self.freezing = False  # between start and stop: the app runs
+        self._threshold: tuple[int, int, int] | None = None  # Python's, while held
+        self._since = 0.0  # the last full collection, while held
+        self._thorough = 0.0  # the last thorough collection, while freezing
+
+    # -- the app's lifetime --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """The app is up: what it imported and built to start lives as long as it does."""
+        gc.freeze()
+        self.freezing = True
+        self._thorough = time.monotonic()
+
+    def stop(self) -> None:
+        """The app is gone: everything is Python's to collect again (a process, such as a test
+        run, may start another app)."""
+        self.freezing = False
+        gc.unfreeze()
+
+    def collect(self) -> None:
+        """A full collection now, its survivors frozen while the app runs."""
+        if not self.freezing:
+            gc.collect()
+            return
+        now = time.monotonic()
+        if now - self._thorough >= THOROUGH_S:
+            gc.unfreeze()
+            self._thorough = now
+        gc.collect()
+        gc.freeze()
+
+    # -- replies -------------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """A reply starts streaming: no full collection until it ends."""
+        now = time.monotonic()
+        if self._threshold is None:
+            if self.freezing:  # what is there now (screens, rows, the transcript) mostly stays
+                gc.freeze()
+            self._threshold = gc.get_threshold()
+            young, middle, _ = self._threshold
+            gc.set_threshold(young, middle, 2**31 - 1)
+            self._since = now
+        elif now - self._since > MAX_HOLD_S:  # no pause between replies for long: before this one
+            self.collect()
+            self._since = now
+        self.streams += 1
+
+    def release(self) -> None:
+        """A reply ended: collect once the user reads it (a full collection now would be a
+        stutter at its last frame), then let Python collect as usual."""
+        self.streams = max(0, self.streams - 1)
+        if self.streams == 0:
+            asyncio.get_running_loop().call_later(AFTER_REPLY_S, self.settle, True)
+
+    def settle(self, collect: bool = False) -> None:
+        """Python's own schedule again, unless a reply streams."""
+        if self.streams == 0 and self._threshold is not None:
+            if collect:
+                self.collect()
+            gc.set_threshold(*self._threshold)
+            self._threshold = None
+
+
+full_collections = FullCollections()

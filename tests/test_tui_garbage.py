@@ -1,0 +1,96 @@
+"""Full garbage collections while the app runs: survivors frozen, so the collection after a
+reply walks what came since, not the whole transcript; cyclic garbage among frozen objects
+still goes, at the next thorough collection; nothing stays frozen once the app is gone."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Iterator
+
+import pytest
+
+from navi_desktop.tui import garbage
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.garbage import FullCollections, full_collections
+from tests.tui_support import SIZE, until
+
+
+class Node:
+    """An object in a reference cycle: only the cyclic collector frees it."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def tracked(obj: object) -> bool:
+    """Whether full collections walk ``obj`` (frozen objects are in no generation)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+@pytest.fixture
+def collections() -> Iterator[FullCollections]:
+    fc = FullCollections()
+    try:
+        yield fc
+    finally:
+        fc.stop()  # whatever a test froze is Python's to collect again
+
+
+def test_what_outlives_a_collection_is_frozen_while_the_app_runs(collections):
+    collections.start()
+    kept = Node()
+    assert tracked(kept)
+    collections.collect()
+    assert not tracked(kept)  # the next full collection does not walk it
+    collections.stop()
+    assert tracked(kept)
+    assert gc.get_freeze_count() == 0
+
+
+def test_cyclic_garbage_among_frozen_objects_goes_at_the_thorough_collection(
+    collections, monkeypatch
+):
+    collections.start()
+    node = Node()
+    collections.collect()  # frozen while alive
+    gone = weakref.ref(node)
+    del node  # now cyclic garbage, but frozen
+    collections.collect()
+    assert gone() is not None
+    monkeypatch.setattr(garbage, "THOROUGH_S", 0.0)
+    collections.collect()
+    assert gone() is None
+
+
+def test_without_the_app_a_collection_freezes_nothing(collections):
+    node = Node()
+    gone = weakref.ref(node)
+    del node
+    collections.collect()
+    assert gone() is None
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_reply_starting_freezes_what_is_there(collections):
+    collections.start()
+    kept = Node()
+    collections.hold()
+    try:
+        assert not tracked(kept)
+        assert gc.get_threshold()[2] > 1_000_000  # no full collection while it streams
+    finally:
+        collections.settle()  # a reply that never released (streams > 0): still held
+        collections.streams = 0
+        collections.settle()
+    assert gc.get_threshold()[2] < 1_000_000
+
+
+async def test_the_app_freezes_while_it_runs_and_thaws_when_it_quits(daemon):
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.status.memories is not None)
+        assert full_collections.freezing
+        assert gc.get_freeze_count() > 0
+    assert not full_collections.freezing
+    assert gc.get_freeze_count() == 0
