@@ -3,6 +3,7 @@ re-indexing after an edit or a migration always agree)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -57,3 +58,8 @@ def message_documents(row: Row, previous: Row | None) -> tuple[str, str]:
     often only findable through the question it answers."""
     context = f"{previous['name'] or previous['role']}: {previous['content']}" if previous else ""
     return segment(message_text(row)), segment(context)
+
+
+def text_digest(text: str) -> str:
+    """What a vector was made from, kept beside it: a changed text's old vector is stale."""
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -16,11 +16,11 @@ from navi_desktop.memory.textproc import normalize, normalize_key
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
 
-# A held memory with this reason is committed when the same fact comes up again.
 # A memory's and a history entry's columns, named: the server's tables carry more (the owner,
 # the words' vector), and a row must read the same from either backend.
 MEMORY_COLUMNS = ", ".join(Memory.__dataclass_fields__) + ", norm_key"
 HISTORY_COLUMNS = ", ".join(HistoryEntry.__dataclass_fields__)
+# A held memory with this reason is committed when the same fact comes up again.
 AWAITING_REPEAT = "uncertain: kept until it comes up again"
 EDITABLE = ("category", "subject", "key", "value", "evidence", "confidence", "expires_at")
 _SNAPSHOT = (

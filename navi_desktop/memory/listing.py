@@ -1,5 +1,6 @@
-"""Listing memories and the profile's figures, one copy for both backends. Each store adds to
-the figures what only it has (``_own_stats``: the file's size, the server's substring search)."""
+"""Listing memories and the profile's figures (texts still waiting for a vector among them),
+one copy for both backends. Each store adds to the figures what only it has (``_own_stats``:
+the file's size, the server's substring search)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,19 @@ class ListingOps:
             "rated_replies": await self.feedback_counts(),
             **await self._own_stats(),
         }
+
+    async def missing_embeddings(self: Store) -> int:
+        """Texts without a vector of the current model (the embedding pass's work left)."""
+        if self.embedder is None:
+            return 0
+        async with self.db.reading():
+            return int(
+                await self.db.scalar(
+                    "SELECT (SELECT count(*) FROM memories m WHERE status IN ('active', 'held')"
+                    "  AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.memory_id = m.id"
+                    "  AND e.model = ?1))"
+                    " + (SELECT count(*) FROM messages g WHERE NOT EXISTS (SELECT 1 FROM embeddings"
+                    "  e WHERE e.message_id = g.id AND e.model = ?1))",
+                    (self.embedder.model,),
+                )
+            )

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
-from navi_desktop.memory.documents import memory_text, message_text
+from navi_desktop.memory.documents import memory_text, message_text, text_digest
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -125,22 +124,6 @@ class MaintenanceOps:
 
     # -- embeddings ----------------------------------------------------------------------------
 
-    async def missing_embeddings(self: MemoryStore) -> int:
-        if self.embedder is None:
-            return 0
-        model = self.embedder.model
-        async with self.db.reading():
-            return int(
-                await self.db.scalar(
-                    "SELECT (SELECT count(*) FROM memories m WHERE status IN ('active', 'held')"
-                    "  AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.memory_id = m.id"
-                    "  AND e.model = ?))"
-                    " + (SELECT count(*) FROM messages g WHERE NOT EXISTS (SELECT 1 FROM embeddings"
-                    "  e WHERE e.message_id = g.id AND e.model = ?))",
-                    (model, model),
-                )
-            )
-
     async def backfill_embeddings(
         self: MemoryStore, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
@@ -167,14 +150,14 @@ class MaintenanceOps:
                     break
                 texts = [render(r) for r in rows]
                 vectors = await self.embedder.embed(texts, query=False)  # outside the lock
-                hashes = [_digest(t) for t in texts]
+                hashes = [text_digest(t) for t in texts]
                 async with self.db.transaction():
                     # a row edited or deleted while we embedded keeps no stale vector
                     now = await self.db.fetchall(
                         f"SELECT * FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
                         [r["id"] for r in rows],
                     )
-                    current = {r["id"]: _digest(render(r)) for r in now}
+                    current = {r["id"]: text_digest(render(r)) for r in now}
                     keep = [i for i, r in enumerate(rows) if current.get(r["id"]) == hashes[i]]
                     await self._store_vectors(
                         column,
@@ -187,7 +170,3 @@ class MaintenanceOps:
             async with self.db.transaction():
                 await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))
         return done
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -56,8 +56,7 @@ class SessionOps:
         max_rules: int = MAX_ACTIVE_RULES,
     ) -> SessionCommit:
         """Everything a session end learned, in one transaction with the watermark: a crash
-        leaves either all of it or none (and the session is processed again). An end already
-        committed (by another daemon, on a server) commits nothing twice."""
+        leaves either all of it or none (and the session is processed again)."""
         result = SessionCommit()
         for w in writes:
             w.memory.check()

@@ -35,7 +35,6 @@ from navi_desktop.memory.pg.schema import migrate
 from navi_desktop.memory.pg.scrub import PgScrubOps
 from navi_desktop.memory.pg.search import PgSearchOps
 from navi_desktop.memory.pg.search_indexes import trigram_indexes, vector_index, word_matches
-from navi_desktop.memory.pg.sessions import PgSessionOps
 from navi_desktop.memory.sessions import MESSAGE_COLUMNS, SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
@@ -60,7 +59,6 @@ class PgMemoryStore(
     PgMaintenanceOps,
     PgScrubOps,
     PgSearchOps,
-    PgSessionOps,
     FactOps,
     StateOps,
     EditOps,
