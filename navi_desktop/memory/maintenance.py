@@ -1,4 +1,5 @@
-"""Background jobs: expiry, decay and prune, embedding backfill and re-embedding."""
+"""Background jobs: expiry, decay and prune, the planner's statistics, and the embedding pass
+(backfill and re-embedding)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text, text_digest
+from navi_desktop.memory.facts import MEMORY_COLUMNS
+from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -122,10 +127,14 @@ class MaintenanceOps:
         async with self.db.reading():
             await self.db.execute("PRAGMA optimize")
 
-    # -- embeddings ----------------------------------------------------------------------------
+
+class EmbeddingPassOps:
+    """The vectors, written after the text (outside any lock while the model works), one copy
+    for both backends: each stores them its own way (``_store_vectors``: the file int8 copies
+    and sign bits, the server float vectors)."""
 
     async def backfill_embeddings(
-        self: MemoryStore, *, batch: int = 32, limit: int | None = None, messages: bool = True
+        self: Store, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
         """Embed what has no vector for the current model (memories first, then messages unless
         ``messages`` is false); when nothing is left, drop vectors of earlier models. Text search
@@ -133,15 +142,23 @@ class MaintenanceOps:
         if self.embedder is None:
             return 0
         model, done = self.embedder.model, 0
-        targets = [("memory_id", "memories", memory_text, "status IN ('active', 'held') AND ")]
+        targets = [
+            (
+                "memory_id",
+                "memories",
+                MEMORY_COLUMNS,
+                memory_text,
+                "status IN ('active', 'held') AND",
+            )
+        ]
         if messages:
-            targets.append(("message_id", "messages", message_text, ""))
-        for column, table, render, where in targets:
+            targets.append(("message_id", "messages", MESSAGE_COLUMNS, message_text, ""))
+        for column, table, columns, render, where in targets:
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
                 async with self.db.reading():
                     rows = await self.db.fetchall(
-                        f"SELECT * FROM {table} t WHERE {where} NOT EXISTS (SELECT 1 FROM"
+                        f"SELECT {columns} FROM {table} t WHERE {where} NOT EXISTS (SELECT 1 FROM"
                         f" embeddings e WHERE e.{column} = t.id AND e.model = ?) ORDER BY id"
                         " LIMIT ?",
                         (model, size),
@@ -149,12 +166,12 @@ class MaintenanceOps:
                 if not rows:
                     break
                 texts = [render(r) for r in rows]
-                vectors = await self.embedder.embed(texts, query=False)  # outside the lock
+                vectors = np.asarray(await self.embedder.embed(texts, query=False), np.float32)
                 hashes = [text_digest(t) for t in texts]
                 async with self.db.transaction():
                     # a row edited or deleted while we embedded keeps no stale vector
                     now = await self.db.fetchall(
-                        f"SELECT * FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
+                        f"SELECT {columns} FROM {table} WHERE id IN ({','.join('?' * len(rows))})",
                         [r["id"] for r in rows],
                     )
                     current = {r["id"]: text_digest(render(r)) for r in now}

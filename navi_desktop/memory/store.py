@@ -30,7 +30,7 @@ from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
 from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.listing import ListingOps
-from navi_desktop.memory.maintenance import FadingOps, MaintenanceOps
+from navi_desktop.memory.maintenance import EmbeddingPassOps, FadingOps, MaintenanceOps
 from navi_desktop.memory.match_counts import MatchCounts
 from navi_desktop.memory.migrations import check_schema, migrate
 from navi_desktop.memory.models import Message
@@ -61,6 +61,7 @@ class MemoryStore(
     ExchangeOps,
     MaintenanceOps,
     FadingOps,
+    EmbeddingPassOps,
     ListingOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory."""

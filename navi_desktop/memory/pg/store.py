@@ -23,7 +23,7 @@ from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.listing import ListingOps
-from navi_desktop.memory.maintenance import FadingOps
+from navi_desktop.memory.maintenance import EmbeddingPassOps, FadingOps
 from navi_desktop.memory.models import Message
 from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
@@ -70,6 +70,7 @@ class PgMemoryStore(
     EntityOps,
     EnrichmentOps,
     FadingOps,
+    EmbeddingPassOps,
 ):
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
