@@ -406,6 +406,8 @@ def main() -> None:
     )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.replies < 1:
+        parser.error("--replies must be at least 1")
     if args.serve:
         asyncio.run(serve_backend(args.serve, args.tokens, args.rate, args.changes_per_s))
         return
