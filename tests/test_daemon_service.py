@@ -54,14 +54,16 @@ async def test_inactivity_ends_the_session_and_writes_memories(setup):
     store = await service.store("me")
     assert (await store.get_session(result["session_id"])).state == "open"
 
-    for _ in range(100):  # the 0.3 s timer, then extraction through the fake
+    # The 0.3 s timer, then extraction through the fake. The state notice is the end's last
+    # step (after the store is marked ended and the vectors are written), so wait for it.
+    for _ in range(100):
         await asyncio.sleep(0.05)
-        if (await store.get_session(result["session_id"])).state == "ended":
+        if ("sessions", "session.state") in {(t, m) for t, m, _ in sent}:
             break
+    assert ("sessions", "session.state") in {(t, m) for t, m, _ in sent}
     assert (await store.get_session(result["session_id"])).state == "ended"
     facts, _ = await store.list_memories(kind="fact")
     assert [m.value for m in facts] == ["marine biologist"]
-    assert ("sessions", "session.state") in {(t, m) for t, m, _ in sent}
     assert any(m == "memory.changed" for _, m, _ in sent)
 
 
