@@ -85,6 +85,33 @@ def test_a_reply_starting_freezes_what_is_there(collections):
     assert gc.get_threshold()[2] < 1_000_000
 
 
+def test_a_sealed_part_freezes_what_survives_a_young_collection(collections):
+    """The collection after the reply will not walk the sealed part; young garbage is
+    collected then, not frozen with it."""
+    collections.start()
+    collections.hold()
+    try:
+        kept, dropped = Node(), Node()
+        gone = weakref.ref(dropped)
+        del dropped
+        collections.part_sealed()
+        assert not tracked(kept)
+        assert gone() is None
+    finally:
+        collections.streams = 0
+        collections.settle()
+
+
+def test_a_sealed_part_freezes_nothing_when_no_reply_holds_collections(collections):
+    kept = Node()
+    collections.part_sealed()  # the app is not running
+    assert tracked(kept)
+    collections.start()
+    kept = Node()
+    collections.part_sealed()  # no reply streams: Python collects as usual
+    assert tracked(kept)
+
+
 async def test_the_app_freezes_while_it_runs_and_thaws_when_it_quits(daemon):
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:

@@ -11,6 +11,7 @@ from textual.widgets import Markdown
 
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.garbage import full_collections
 from tests.fake_ollama import Reply
 from tests.tui_support import SIZE, until
 
@@ -191,6 +192,27 @@ async def test_full_garbage_collections_wait_for_the_end_of_a_reply(monkeypatch)
         await pilot.pause(0.3)
         assert gc.get_threshold() == threshold
         assert gc.get_stats()[2]["collections"] > full
+
+
+async def test_sealed_parts_are_frozen_while_the_reply_streams(monkeypatch):
+    """The collection after a long reply walks only what its last part made."""
+    parts(monkeypatch, 2)
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 40)) as pilot:
+        full_collections.start()  # as NaviApp does when it mounts
+        try:
+            await view.begin_stream()
+            for chunk in long_reply(200):
+                await view.write(chunk)
+                await pilot.pause(0.002)
+            await pilot.pause(0.1)
+            stream = view._stream
+            assert stream is not None and len(stream.sealed) > 1
+            made = stream.sealed[-1]  # the first part was made before the reply began
+            assert not any(o is made for o in gc.get_objects())  # frozen: no full walk
+            await view.finish("".join(long_reply(200)))
+        finally:
+            full_collections.stop()
 
 
 async def test_replies_back_to_back_still_get_a_full_collection(monkeypatch):

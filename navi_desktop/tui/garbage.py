@@ -5,13 +5,16 @@ after a 5,000-token reply that took ~320 ms on a 2-core machine. Two things keep
 
 - None runs while a reply streams (drawing it makes cyclic garbage fast enough for one about
   every second); one runs soon after the reply ends.
-- While the app runs, what is there when a reply starts, and what survives the collection
-  after it, is frozen (``gc.freeze``): full collections walk only what came since, so their
-  cost follows the last reply, not the whole transcript and all that Textual built to start.
+- While the app runs, what is there when a reply starts, what survives the collection after
+  it, and what survives a young collection each time a part of the reply is sealed, is frozen
+  (``gc.freeze``): full collections walk only what came since, so the one after a reply walks
+  what its last part made (~40–90 ms after 5,000 tokens, against ~250 ms for all of it), not
+  the transcript and all that Textual built to start.
 
-Cyclic garbage among frozen objects (a transcript replaced, rows rebuilt) is not collected
-until a thorough collection, which thaws everything and walks it again: at most every
-``THOROUGH_S``. Nothing here imports Textual.
+Cyclic garbage among frozen objects (a transcript replaced, rows rebuilt, the lines of a part
+that folds away) is not collected until a thorough collection, which thaws everything and
+walks it again: at most every ``THOROUGH_S`` (a 5,000-token reply leaves ~65,000 such objects
+for it). Nothing here imports Textual.
 """
 
 from __future__ import annotations
@@ -75,6 +78,14 @@ class FullCollections:
             self.collect()
             self._since = now
         self.streams += 1
+
+    def part_sealed(self) -> None:
+        """A part of the streaming reply will not change again: what survives a young
+        collection (cheap: the young generations only) is frozen, so the collection after the
+        reply does not walk it."""
+        if self.freezing and self._threshold is not None:
+            gc.collect(1)
+            gc.freeze()
 
     def release(self) -> None:
         """A reply ended: collect once the user reads it (a full collection now would be a

@@ -184,6 +184,7 @@ class ReplyStream:
             await self.live.append(tail)
         self.sealed.append(live)
         self.updates += 1
+        full_collections.part_sealed()
 
     def cancel(self) -> None:
         """The reply's view is gone (the app quits): stop, and collect as usual again."""
