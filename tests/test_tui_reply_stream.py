@@ -265,3 +265,38 @@ async def test_a_long_reply_through_the_daemon_arrives_whole(fake, daemon, monke
         session_id = app.screen.session_id
     stored = await daemon.call("sessions.show", {"id": session_id})
     assert stored["messages"][-1]["content"] == text
+
+
+async def test_key_checks_after_a_long_reply_look_at_messages_not_their_blocks(
+    fake, daemon, monkeypatch
+):
+    """The footer asks the chat which keys apply (regenerate, copy, rate: is there a last
+    reply?) at every refresh. Answering by a query of the transcript's descendants matched
+    every block of every reply on screen, each time: ~200 ms after a few long replies."""
+    import textual.css.query as query_module
+
+    parts(monkeypatch, 4)
+    text = "".join(long_reply(3000))
+    fake.script(Reply(text))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=(100, 200)) as pilot:  # tall: many blocks stay unfolded
+        await until(pilot, lambda: app.status.memories is not None)
+        await pilot.press(*"write a lot", "enter")
+        await until(pilot, lambda: app.screen.reply is None and len(app.screen._views()) == 2)
+        transcript = app.screen.transcript
+        widgets = len(list(transcript.walk_children()))
+        matched = 0
+        real_match = query_module.match
+
+        def counting(selectors, node):
+            nonlocal matched
+            matched += 1
+            return real_match(selectors, node)
+
+        monkeypatch.setattr(query_module, "match", counting)
+        list(transcript.query(MessageView))
+        assert matched >= widgets > 50  # the count sees a query of every descendant
+        matched = 0
+        bindings = app.screen.active_bindings
+        assert any(b.binding.action == "regenerate" and b.enabled for b in bindings.values())
+        assert matched < widgets // 4

@@ -106,7 +106,7 @@ class MessageView(Vertical, Growing, can_focus=True):
         """The Markdown on screen: a long streamed reply's parts, joined."""
         from textual.widgets import Markdown
 
-        return "".join(part.source for part in self.query(Markdown))
+        return "".join(part.source for part in self.query_children(Markdown))
 
     # -- streaming -----------------------------------------------------------------------------
 
@@ -152,14 +152,14 @@ class MessageView(Vertical, Growing, can_focus=True):
 
     async def show_rating(self, text: str) -> None:
         """The rating line under a reply; a new rating replaces the old line."""
-        await self.query(".rating").remove()
+        await self.query_children(".rating").remove()
         label = note_label(text)
         label.add_class("rating")
         await self.mount(label)
 
     async def add_used_link(self) -> None:
         wanted = self.role == "assistant" and self.user_message_id is not None
-        if wanted and not self.query(UsedLink):
+        if wanted and not self.query_children(UsedLink):
             count = f" ({self.injected})" if self.injected is not None else ""
             await self.mount(UsedLink(f"what did you use?{count}"))
 

@@ -97,11 +97,16 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         return self.query_one("#transcript", VerticalScroll)
 
     @property
+    def prompt(self) -> Prompt:
+        # By id: a query by type walks the transcript (every block of every reply) before it.
+        return self.query_one("#prompt", Prompt)
+
+    @property
     def sessions(self) -> SessionsPane:
         return self.query_one(SessionsPane)
 
     def on_mount(self) -> None:
-        self.query_one(Prompt).focus()
+        self.prompt.focus()
         if self.navi.start_incognito:
             self._set_incognito(True)
         self._show_title()
@@ -134,7 +139,9 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         self.query_one("#chat-title", Label).update(text)
 
     def _views(self) -> list[MessageView]:
-        return list(self.transcript.query(MessageView))
+        # The transcript's children only: a query of all its descendants walked every block
+        # of every reply, for each key the footer checks (~200 ms after a few long replies).
+        return list(self.transcript.query_children(MessageView))
 
     def _last_reply(self) -> MessageView | None:
         views = self._views()
@@ -176,7 +183,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
                     self.query_one("#chat-title", Label).update(short(text) or "New chat")
         except Exception as err:
             self.navi.report(err, "Starting a session")
-            prompt = self.query_one(Prompt)
+            prompt = self.prompt
             if text and not prompt.text:
                 prompt.text = text  # not sent: give the words back instead of losing them
             return
@@ -258,7 +265,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
     # -- sessions ------------------------------------------------------------------------------
 
     def action_focus_main(self) -> None:
-        self.query_one(Prompt).focus()
+        self.prompt.focus()
 
     @property
     def sessions_shown(self) -> bool:
@@ -271,7 +278,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         self.set_class(shown and narrow, "-show-sessions")
         self.set_class(not shown and not narrow, "-hide-sessions")
         if not shown and self.sessions.has_focus_within:
-            self.query_one(Prompt).focus()
+            self.prompt.focus()
 
     def action_toggle_sessions(self) -> None:
         self.show_sessions(not self.sessions_shown)
@@ -305,7 +312,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         await self._show_ratings(session_id)
         self._show_title()
         self.refresh_bindings()
-        self.query_one(Prompt).focus()
+        self.prompt.focus()
 
     @work(exclusive=True, group="reopen", exit_on_error=False)
     async def _reopen(self, session_id: str) -> None:
@@ -356,7 +363,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
                 return
             self._set_incognito(True)  # a new chat stays incognito: only Ctrl+O leaves it
         await self._clear()
-        self.query_one(Prompt).focus()
+        self.prompt.focus()
         if previous is not None and self._listed(previous):
             self._end(previous, quiet=True)
 
