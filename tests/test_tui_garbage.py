@@ -95,8 +95,13 @@ def test_a_sealed_part_freezes_what_survives_a_young_collection(collections):
         gone = weakref.ref(dropped)
         del dropped
         collections.part_sealed()
+        assert tracked(kept)  # not before Python's own next young collection
+        gc.collect(1)
         assert not tracked(kept)
         assert gone() is None
+        again = Node()
+        gc.collect(1)
+        assert tracked(again)  # once a part
     finally:
         collections.streams = 0
         collections.settle()
@@ -105,11 +110,26 @@ def test_a_sealed_part_freezes_what_survives_a_young_collection(collections):
 def test_a_sealed_part_freezes_nothing_when_no_reply_holds_collections(collections):
     kept = Node()
     collections.part_sealed()  # the app is not running
+    gc.collect(1)
     assert tracked(kept)
     collections.start()
     kept = Node()
     collections.part_sealed()  # no reply streams: Python collects as usual
+    gc.collect(1)
     assert tracked(kept)
+
+
+def test_python_s_collections_are_left_alone_once_the_app_is_gone(collections):
+    collections.start()
+    collections.hold()
+    collections.part_sealed()
+    collections.stop()
+    kept = Node()
+    gc.collect(1)
+    assert tracked(kept)
+    assert gc.get_freeze_count() == 0
+    collections.streams = 0
+    collections.settle()
 
 
 async def test_the_app_freezes_while_it_runs_and_thaws_when_it_quits(daemon):

@@ -184,8 +184,7 @@ class ReplyStream:
             await self.live.append(tail)
         self.sealed.append(live)
         self.updates += 1
-        # A frame later, not in the seal's own frame (its young collection takes up to ~5 ms).
-        asyncio.get_running_loop().call_later(FRAME_S, full_collections.part_sealed)
+        full_collections.part_sealed()
 
     def cancel(self) -> None:
         """The reply's view is gone (the app quits): stop, and collect as usual again."""
