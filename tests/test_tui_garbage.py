@@ -4,6 +4,7 @@ still goes, at the next thorough collection; nothing stays frozen once the app i
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
@@ -48,18 +49,46 @@ def test_what_outlives_a_collection_is_frozen_while_the_app_runs(collections):
     assert gc.get_freeze_count() == 0
 
 
-def test_cyclic_garbage_among_frozen_objects_goes_at_the_thorough_collection(
+async def test_cyclic_garbage_among_frozen_objects_goes_at_the_thorough_collection(
     collections, monkeypatch
 ):
+    monkeypatch.setattr(garbage, "IDLE_S", 0.05)
     collections.start()
     node = Node()
     collections.collect()  # frozen while alive
     gone = weakref.ref(node)
     del node  # now cyclic garbage, but frozen
     collections.collect()
-    assert gone() is not None
+    await asyncio.sleep(0.1)
+    assert gone() is not None  # a thorough collection is not due yet
     monkeypatch.setattr(garbage, "THOROUGH_S", 0.0)
     collections.collect()
+    assert gone() is not None  # due: it waits for a pause
+    await asyncio.sleep(0.1)
+    assert gone() is None
+
+
+async def test_the_thorough_collection_waits_while_the_user_types(collections, monkeypatch):
+    """It walks the whole app (~0.5-0.8 s after a few long replies): not under the user's
+    fingers, not while a reply streams."""
+    monkeypatch.setattr(garbage, "IDLE_S", 0.2)
+    monkeypatch.setattr(garbage, "THOROUGH_S", 0.0)
+    collections.start()
+    node = Node()
+    collections.collect()
+    gone = weakref.ref(node)
+    del node
+    collections.collect()
+    for _ in range(8):  # a key every 0.05 s for 0.4 s
+        collections.touch()
+        await asyncio.sleep(0.05)
+    assert gone() is not None
+    collections.hold()  # a reply streams
+    await asyncio.sleep(0.45)
+    assert gone() is not None
+    collections.streams = 0  # it ends (release, without its timer)
+    collections.settle()
+    await asyncio.sleep(0.5)
     assert gone() is None
 
 
@@ -130,6 +159,15 @@ def test_python_s_collections_are_left_alone_once_the_app_is_gone(collections):
     assert gc.get_freeze_count() == 0
     collections.streams = 0
     collections.settle()
+
+
+async def test_keys_in_the_app_put_off_the_thorough_collection(daemon):
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.status.memories is not None)
+        before = full_collections.active_at
+        await pilot.press("h")
+        assert full_collections.active_at > before
 
 
 async def test_the_app_freezes_while_it_runs_and_thaws_when_it_quits(daemon):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.markup import escape
@@ -111,6 +111,11 @@ class NaviApp(App[None]):
 
     def on_unmount(self) -> None:
         full_collections.stop()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.InputEvent):  # keys and the mouse reach the app first
+            full_collections.touch()  # a thorough garbage collection waits for a pause
+        await super().on_event(event)
 
     def _apply_ui_settings(self, settings: Settings) -> None:
         if settings.ui.theme in self.available_themes:

@@ -14,7 +14,8 @@ after a 5,000-token reply that took ~320 ms on a 2-core machine. Two things keep
 Cyclic garbage among frozen objects (a transcript replaced, rows rebuilt, the lines of a part
 that folds away) is not collected until a thorough collection, which thaws everything and
 walks it again: at most every ``THOROUGH_S`` (a 5,000-token reply leaves ~65,000 such objects
-for it). Nothing here imports Textual.
+for it), once the user has pressed no key for ``IDLE_S`` and no reply streams. Nothing here
+imports Textual.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 AFTER_REPLY_S = 1.0  # the full collection held back during a reply runs this long after
 MAX_HOLD_S = 120.0  # replies that follow each other closely still get a full collection
 THOROUGH_S = 300.0  # at most this long between collections that walk frozen objects too
+IDLE_S = 5.0  # a thorough collection waits until this long passes without a key or a reply
 
 
 class FullCollections:
@@ -36,6 +38,8 @@ class FullCollections:
         self._since = 0.0  # the last full collection, while held
         self._thorough = 0.0  # the last thorough collection, while freezing
         self._freeze_next = False  # a part was sealed: freeze after the next young collection
+        self.active_at = 0.0  # the user's last key or click
+        self._idle_timer: asyncio.TimerHandle | None = None  # a thorough collection is due
 
     # -- the app's lifetime --------------------------------------------------------------------
 
@@ -52,21 +56,40 @@ class FullCollections:
         run, may start another app)."""
         self.freezing = False
         self._freeze_next = False
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self._collected in gc.callbacks:
             gc.callbacks.remove(self._collected)
         gc.unfreeze()
 
+    def touch(self) -> None:
+        """The user pressed a key or used the mouse: not the moment for a thorough collection."""
+        self.active_at = time.monotonic()
+
     def collect(self) -> None:
-        """A full collection now, its survivors frozen while the app runs."""
+        """A full collection now, its survivors frozen while the app runs. When a thorough one
+        is due, it waits for the user to pause (it walks the whole app: ~0.5-0.8 s)."""
+        gc.collect()
         if not self.freezing:
-            gc.collect()
             return
-        now = time.monotonic()
-        if now - self._thorough >= THOROUGH_S:
-            gc.unfreeze()
-            self._thorough = now
+        gc.freeze()
+        if time.monotonic() - self._thorough >= THOROUGH_S and self._idle_timer is None:
+            self._idle_timer = asyncio.get_running_loop().call_later(IDLE_S, self._when_idle)
+
+    def _when_idle(self) -> None:
+        self._idle_timer = None
+        if not self.freezing:
+            return
+        quiet = time.monotonic() - self.active_at
+        if self.streams or quiet < IDLE_S:
+            wait = IDLE_S if self.streams else IDLE_S - quiet
+            self._idle_timer = asyncio.get_running_loop().call_later(wait, self._when_idle)
+            return
+        gc.unfreeze()
         gc.collect()
         gc.freeze()
+        self._thorough = time.monotonic()
 
     # -- replies -------------------------------------------------------------------------------
 
