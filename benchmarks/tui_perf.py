@@ -290,13 +290,12 @@ class Probes:
     async def reply(self, app: Any, pilot: Any, front: str, tokens: int) -> float:
         """Ask for one reply and probe while it streams and after; returns its streaming time."""
         from textual import events
-        from textual.widgets import Markdown
 
         from navi_desktop.tui.chat.messages import MessageView
 
         await pilot.press("f2")  # the chat in front (from the inspector, after a reply behind it)
         chat = app.screen
-        prompt = chat.query_one("#prompt")
+        prompt = chat.prompt
         prompt.clear()
         await pilot.press(*"write a lot")
         # Not Pilot.press: it returns when the app is idle, well into the stream.
@@ -327,8 +326,7 @@ class Probes:
         self.after_lags.append(max(after))
         shown = chat.query(MessageView).last()
         streamed = "".join(reply_words(tokens))
-        on_screen = "".join(part.source for part in shown.query(Markdown))
-        if shown.text != streamed or on_screen != streamed:
+        if shown.text != streamed or shown.source != streamed:
             raise SystemExit("tui_perf: the reply on screen is not the streamed text")
         return elapsed
 

@@ -8,13 +8,14 @@ import asyncio
 import gc
 import weakref
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
 from navi_desktop.tui import garbage
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.garbage import FullCollections, full_collections
-from tests.tui_support import SIZE, until
+from tests.tui_support import SIZE, tracked, until
 
 
 class Node:
@@ -22,11 +23,6 @@ class Node:
 
     def __init__(self) -> None:
         self.me = self
-
-
-def tracked(obj: object) -> bool:
-    """Whether full collections walk ``obj`` (frozen objects are in no generation)."""
-    return any(o is obj for o in gc.get_objects())
 
 
 @pytest.fixture
@@ -70,25 +66,34 @@ async def test_cyclic_garbage_among_frozen_objects_goes_at_the_thorough_collecti
 
 async def test_the_thorough_collection_waits_while_the_user_types(collections, monkeypatch):
     """It walks the whole app (~0.5-0.8 s after a few long replies): not under the user's
-    fingers, not while a reply streams."""
-    monkeypatch.setattr(garbage, "IDLE_S", 0.2)
+    fingers, not while a reply streams. The user's clock is the test's, so a slow machine
+    cannot make a pause between keys."""
+    clock = [1000.0]
+    monkeypatch.setattr(garbage, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    monkeypatch.setattr(garbage, "IDLE_S", 0.05)
     monkeypatch.setattr(garbage, "THOROUGH_S", 0.0)
     collections.start()
     node = Node()
     collections.collect()
     gone = weakref.ref(node)
     del node
-    collections.collect()
-    for _ in range(8):  # a key every 0.05 s for 0.4 s
-        collections.touch()
+    collections.touch()
+    collections.collect()  # due
+    for _ in range(8):  # keys keep coming, never IDLE_S apart on the user's clock
         await asyncio.sleep(0.05)
+        clock[0] += 0.01
+        collections.touch()
     assert gone() is not None
-    collections.hold()  # a reply streams
-    await asyncio.sleep(0.45)
+    clock[0] += 10.0  # the user stops typing, but a reply streams
+    collections.hold()
+    await asyncio.sleep(0.3)
     assert gone() is not None
     collections.streams = 0  # it ends (release, without its timer)
     collections.settle()
-    await asyncio.sleep(0.5)
+    for _ in range(100):
+        if gone() is None:
+            break
+        await asyncio.sleep(0.05)
     assert gone() is None
 
 

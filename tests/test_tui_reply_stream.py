@@ -13,7 +13,7 @@ from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.garbage import full_collections
 from tests.fake_ollama import Reply
-from tests.tui_support import SIZE, until
+from tests.tui_support import SIZE, tracked, until
 
 
 def long_reply(words: int) -> list[str]:
@@ -210,7 +210,7 @@ async def test_sealed_parts_are_frozen_while_the_reply_streams(monkeypatch):
             assert stream is not None and len(stream.sealed) > 1
             made = stream.sealed[-1]  # the first part was made before the reply began
             gc.collect(1)  # Python's own young collections come as it allocates
-            assert not any(o is made for o in gc.get_objects())  # frozen: no full walk
+            assert not tracked(made)  # frozen: no full walk
             await view.finish("".join(long_reply(200)))
         finally:
             full_collections.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import gc
 import os
 import tempfile
 import threading
@@ -100,6 +101,11 @@ class ThreadedDaemon:
         self.run(self.daemon.stop())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+
+
+def tracked(obj: object) -> bool:
+    """Whether full garbage collections walk ``obj`` (frozen objects are in no generation)."""
+    return any(o is obj for o in gc.get_objects())
 
 
 async def until(pilot: Any, condition: Callable[[], Any], timeout: float = 10.0) -> None:
