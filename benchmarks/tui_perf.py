@@ -20,7 +20,9 @@
    key ("x", then Backspace) goes to the app as the terminal driver sends it, timed until
    the prompt has it. p50 / p99 / max; ``end_lag_ms_max``: while the reply gets its last
    update; ``after_lag_ms_max``: the 2 s after (a garbage collection), and ``after_lag_ms_each``
-   for each of ``--replies`` long replies asked for one after another. The run fails if the
+   for each of ``--replies`` long replies asked for one after another; ``cpu_ms_per_s``: the
+   app's thread's CPU time a second while replies stream (a steadier figure than the lag's
+   tail on a shared machine, the probe's own share included). The run fails if the
    reply shown is not exactly the streamed text. Goals: lag p99 <= 33 ms, key p99 <= 16 ms.
 """
 
@@ -280,6 +282,7 @@ class Probes:
     keys: list[float] = field(default_factory=list)
     end_lags: list[float] = field(default_factory=list)  # while a reply gets its last update
     after_lags: list[float] = field(default_factory=list)  # the worst in the 2 s after each
+    cpu_s: float = 0.0  # the app's thread's CPU time while replies stream
 
     async def probe(self, into: list[float]) -> None:
         """How late a 10 ms timer fires: what a key press would wait."""
@@ -304,7 +307,7 @@ class Probes:
             await asyncio.sleep(0.001)
         if front == "inspector":  # the reply streams behind it
             app.post_message(events.Key("f3", None).set_sender(app))
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), time.thread_time()
         while chat.reply is not None:
             await self.probe(self.lags)
             if len(self.lags) % 10 == 0 and front == "chat":  # a key press meanwhile
@@ -316,6 +319,7 @@ class Probes:
                     await asyncio.sleep(0)
                 self.keys.append((time.perf_counter() - t1) * 1000)
         elapsed = time.perf_counter() - t_start
+        self.cpu_s += time.thread_time() - cpu_start
         # The reply's last step (its final Markdown update) is a frame too.
         while any(w.group == "reply" and not w.is_finished for w in app.workers):
             await self.probe(self.end_lags)
@@ -370,6 +374,7 @@ async def streaming(
         "backend": "same loop" if same_loop else "own process",
         "front": front,
         "load_avg_1m": round(load, 2),
+        "cpu_ms_per_s": round(1000 * probes.cpu_s / elapsed, 1) if elapsed else None,
         "loop_lag_ms_p50": round(pct(lags, 50), 2),
         "loop_lag_ms_p99": round(pct(lags, 99), 2),
         "loop_lag_ms_max": round(max(lags), 2),

@@ -301,3 +301,72 @@ async def test_key_checks_after_a_long_reply_look_at_messages_not_their_blocks(
         bindings = app.screen.active_bindings
         assert any(b.binding.action == "regenerate" and b.enabled for b in bindings.values())
         assert matched < widgets // 4
+
+
+def drawn(app: App) -> list[str]:
+    """The screen's lines as drawn."""
+    return [strip.text.rstrip() for strip in app.screen._compositor.render_strips()]
+
+
+class Layouts:
+    """Counts the screen's layouts (Textual lays the whole screen out: a frame's costliest
+    step while a reply streams)."""
+
+    def __init__(self, monkeypatch) -> None:
+        from textual.screen import Screen
+
+        self.count = 0
+        layout = Screen._refresh_layout
+
+        def counted(screen, *args, **kwargs):
+            self.count += 1
+            return layout(screen, *args, **kwargs)
+
+        monkeypatch.setattr(Screen, "_refresh_layout", counted)
+
+
+async def test_an_append_within_a_line_is_drawn_without_a_layout(monkeypatch):
+    """Most deltas end on a line the paragraph already has: its text is drawn again, the
+    screen is not laid out again. A delta that adds a line is laid out, once (not again for
+    each widget that grew), and the reply looks as it would shown whole."""
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.GROW_S", 0.0)
+    view = MessageView("assistant")
+    screens = []
+    async with Transcript(view).run_test(size=(80, 20)) as pilot:
+        await view.begin_stream()
+        await view.write("First paragraph.\n\nHello")
+        await pilot.pause(0.2)
+        layouts = Layouts(monkeypatch)
+        await view.write(" there, world")
+        await pilot.pause(0.2)
+        assert shown(view) == "First paragraph.\n\nHello there, world"
+        screens.append((shown(view), drawn(pilot.app)))
+        assert layouts.count == 0
+        await view.write(" and on" * 12)  # a second line
+        await pilot.pause(0.2)
+        assert layouts.count == 1
+        screens.append((shown(view), drawn(pilot.app)))
+        await view.finish(shown(view))
+    for text, streamed in screens:
+        whole = MessageView("assistant", text)
+        async with Transcript(whole).run_test(size=(80, 20)) as pilot:
+            await pilot.pause()
+            assert drawn(pilot.app) == streamed
+
+
+async def test_after_a_delta_that_added_lines_the_next_waits_longer(monkeypatch):
+    """Lines come at most every GROW_S (a layout each); the text within a line every frame."""
+    monkeypatch.setattr("navi_desktop.tui.chat.stream.GROW_S", 3.0)
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 20)) as pilot:
+        await view.begin_stream()
+        await view.write("Hello")  # its paragraph is new: a layout
+        await pilot.pause(0.1)
+        await view.write(" there")  # waits for GROW_S
+        await pilot.pause(0.5)
+        assert shown(view) == "Hello"
+        await until(pilot, lambda: shown(view) == "Hello there", timeout=5)
+        await view.write(" again")  # on the same line: the next frame
+        await until(pilot, lambda: shown(view) == "Hello there again", timeout=0.5)
+        await view.finish("Hello there again, and the end.")
+        assert shown(view) == view.text == "Hello there again, and the end."

@@ -11,6 +11,10 @@ the block being written moves into a new live part, and a sealed part, which nev
 again, answers its height from a cache. It looks the same as one Markdown widget: a part
 ends only before a block with no top margin, so no margin is counted twice.
 
+A layout of the screen is a frame's costliest step, so the paragraph being written asks for
+one only when it gains a line, and after an update that made the reply taller the next
+waits ``GROW_S``: lines come at most 15 times a second, the text within a line every frame.
+
 This module imports Textual's Markdown: it is imported with the first message, not the app.
 """
 
@@ -30,20 +34,46 @@ from navi_desktop.tui.garbage import full_collections
 from navi_desktop.tui.widgets.growing import Growing
 
 FRAME_S = 1 / 30  # deltas wait at most this long: one Markdown update a frame at 30 fps
+GROW_S = 1 / 15  # after an update that made the reply taller (a layout), wait this long
 PART_BLOCKS = 12  # blocks in the live part before its finished ones are sealed
 # A reference definition ("[1]: https://…") may give a link in an earlier part its target:
 # a reply with one is shown again in one piece when it ends.
 REFERENCE = re.compile(r"^ {0,3}\[[^\]\n]+\]:", re.MULTILINE)
 
 
+Paragraph = Markdown.BLOCKS["paragraph_open"]  # not exported by name
+
+
+class LiveParagraph(Paragraph, Growing):
+    """A paragraph that grows as tokens come. Most appends end on a line it already has: its
+    text is drawn again, and the screen is laid out again only when it gains a line."""
+
+    async def _update_from_block(self, block: MarkdownBlock) -> None:
+        if not isinstance(block, Paragraph):
+            await super()._update_from_block(block)
+            return
+        content, width = block._content, self.content_size.width
+        same = bool(width) and content.get_height(self.styles, width) == self._content.get_height(
+            self.styles, width
+        )
+        self._content = content
+        self._copy_context(block)
+        self.update(content, layout=not same)
+        if not same and isinstance(part := self.parent, ReplyPart):
+            part.grew = True
+
+
 class ReplyPart(Markdown, Growing):
     """Part of a reply's Markdown. Sealed, it never changes again and knows its height;
     folded (far from the view), its blocks are out of the layout and it keeps that height."""
+
+    BLOCKS = {**Markdown.BLOCKS, "paragraph_open": LiveParagraph}
 
     def __init__(self, markdown: str | None = None) -> None:
         super().__init__(markdown)
         self.sealed: str | None = None  # the text it shows, once sealed
         self.folded = False
+        self.grew = False  # its last append made it taller
         # (width, blocks, height), once sealed: a part composed whole may be measured before
         # its blocks are all there
         self._height: tuple[int, int, int] | None = None
@@ -142,27 +172,32 @@ class ReplyStream:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        last = -FRAME_S
+        last, pause = -FRAME_S, FRAME_S
         while True:
             await self._wake.wait()
-            if (wait := last + FRAME_S - loop.time()) > 0:
+            if (wait := last + pause - loop.time()) > 0:
                 await asyncio.sleep(wait)  # what comes meanwhile joins this update
             if self._closing:
                 return
             self._wake.clear()
             chunk = "".join(self._pending)
             self._pending.clear()
-            await self._append(chunk)
-            last = loop.time()
+            grew = await self._append(chunk)
+            last, pause = loop.time(), GROW_S if grew else FRAME_S
 
-    async def _append(self, chunk: str) -> None:
-        await self.live.append(chunk)
+    async def _append(self, chunk: str) -> bool:
+        """Append ``chunk``; whether the reply grew taller (the screen was laid out again)."""
+        live, blocks = self.live, len(self.live.children)
+        live.grew = False
+        await live.append(chunk)
+        grew = live.grew or len(live.children) != blocks
         self.shown += chunk
         self.updates += 1
         if len(self.live.children) > PART_BLOCKS:
             await self._seal()
         if self.scroller is not None:
             fold_far(self.scroller)
+        return grew
 
     async def _seal(self) -> None:
         """Seal every block of the live part but the last, which goes on in a new live part.

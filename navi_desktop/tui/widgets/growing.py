@@ -6,6 +6,11 @@ Markdown and the transcript's content: each time, every line of all three on scr
 drawn again (a third of a frame's cost). None of those lines changes when the width stays
 and the widget has no border and no padding at its bottom; lines it did not have yet are
 drawn as usual, and the layout repaints the region it covers.
+
+Nor does its new size call for a second layout: Textual lays the screen out again whenever a
+widget's virtual size changes, though the layout that changed it has just placed every widget
+at that size (a scrollbar that comes or goes asks for its own). For a streamed reply that
+doubled the layouts, the costliest step of a frame.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class Growing(Widget):
         old = self.outer_size
         self._growing = bool(old) and size.width == old.width and size.height >= old.height
         try:
-            return super()._size_updated(size, virtual_size, container_size, layout)
+            return super()._size_updated(size, virtual_size, container_size, layout=False)
         finally:
             self._growing = False
 
