@@ -260,6 +260,36 @@ async def test_export_session_and_pending_status(any_store):
     assert count == 2 and reason == "model too slow"
 
 
+async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
+    """An episode's words are the model's own: they match nothing in the conversation it sums
+    up, which a forget leaves. The preview says so, and where (until it is deleted)."""
+    await any_store.create_session("Moving to Lisbon", session_id="s1")
+    for text in ("we may move to Lisbon", "the flat is near the river", "in spring"):
+        await any_store.save_message("s1", "user", text)
+    await any_store.create_session(session_id="s2")
+    await any_store.save_message("s2", "user", "just one")
+    episode = (
+        await any_store.add_memory("Planned a move abroad.", kind="episode", session_id="s1")
+    ).memory
+    untitled = (
+        await any_store.add_memory("Said one thing.", kind="episode", session_id="s2")
+    ).memory
+    fact = (await any_store.add_memory("Lisbon", key="next city", session_id="s1")).memory
+
+    preview = await any_store.forget_preview(episode.id)
+    assert preview.everywhere == []  # its text is nowhere else
+    assert preview.kept == (
+        "The conversation it sums up stays: \u201cMoving to Lisbon\u201d, 3 messages."
+        " Delete that session to remove it too."
+    )
+    assert "an untitled session, 1 message." in (await any_store.forget_preview(untitled.id)).kept
+    assert (await any_store.forget_preview(fact.id)).kept is None  # its words go from it
+    await any_store.forget(episode.id)
+    assert len(await any_store.messages("s1")) == 3  # as the preview said
+    await any_store.delete_session("s2")
+    assert (await any_store.forget_preview(untitled.id)).kept is None
+
+
 async def test_forget_preview_and_needles_change_nothing(any_store):
     await any_store.create_session("About Bob", session_id="s1")
     said = [

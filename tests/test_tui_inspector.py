@@ -505,3 +505,21 @@ def test_snapshot_inbox(snap_compare: Any, threaded: ThreadedDaemon) -> None:
 
     app = NaviApp(threaded.paths, autostart=False)
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_the_forget_dialog_says_what_a_forget_leaves() -> None:
+    """An episode's conversation stays when the episode goes: the dialog says so, with the
+    session's title as the user wrote it (never read as markup)."""
+    from rich.text import Text
+
+    from navi_desktop.tui.dialogs import forget_body
+
+    kept = (
+        "The conversation it sums up stays: \u201c[b]Moving[/b]\u201d, 3 messages."
+        " Delete that session to remove it too."
+    )
+    preview = {"everywhere": [], "evidence": [], "rule": "whole words", "kept": kept}
+    shown = Text.from_markup(forget_body("#7 Planned a move abroad.", preview)).plain
+    assert "It occurs nowhere else.\n" + kept + "\n" in shown
+    preview["kept"] = None  # a fact, or a session deleted since
+    assert "stays" not in forget_body("#8 Lisbon", preview)

@@ -79,6 +79,8 @@ def _preview_lines(preview: Any, scope: str) -> list[str]:
         lines.append(
             f"Careful: {preview.broad}; unrelated text that contains it as a word goes too."
         )
+    if preview.kept:
+        lines.append(preview.kept)
     return lines
 
 

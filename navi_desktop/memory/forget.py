@@ -75,6 +75,7 @@ class ForgetPreview:
     evidence: list[str]
     samples: list[str]  # a few occurrences, the match in «»
     counts: dict[str, Any] = field(default_factory=dict)  # everywhere's, by place
+    kept: str | None = None  # what a forget leaves that a person may think it takes, in words
 
 
 def _check_scope(scope: str) -> None:
@@ -92,7 +93,12 @@ def _needles(chain: list[Any], scope: str) -> tuple[Matcher, set[str]]:
 
 
 def preview_of(
-    memory_id: int, chain: list[Any], wide: Matcher, everywhere: ScrubPlan, narrow: ScrubPlan
+    memory_id: int,
+    chain: list[Any],
+    wide: Matcher,
+    everywhere: ScrubPlan,
+    narrow: ScrubPlan,
+    kept: str | None = None,
 ) -> ForgetPreview:
     """The preview from the plans of both scopes (``chain``: the memory, then its versions)."""
     row = chain[0]
@@ -110,6 +116,7 @@ def preview_of(
         evidence=narrow.counts.lines(),
         samples=everywhere.samples,
         counts=asdict(everywhere.counts),
+        kept=kept,
     )
 
 
@@ -185,7 +192,27 @@ class ForgetCommon:
             wide, same = _needles(chain, "everywhere")
             everywhere = await self._plan_scrub(wide, ids, same, samples=5)
             narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-        return preview_of(memory_id, chain, wide, everywhere, narrow)
+            kept = await self._summed_up(chain[0])
+        return preview_of(memory_id, chain, wide, everywhere, narrow, kept)
+
+    async def _summed_up(self: Store, row: Any) -> str | None:
+        """An episode's conversation, which forgetting the episode leaves: its words are the
+        model's own, so they match nothing there, yet the conversation says what it did."""
+        if row["kind"] != "episode" or not row["session_id"]:
+            return None
+        found = await self.db.fetchone(
+            "SELECT s.title, count(*) FROM sessions s JOIN messages m ON m.session_id = s.id"
+            " WHERE s.id = ? GROUP BY s.id, s.title",
+            (row["session_id"],),
+        )
+        if found is None:  # deleted, or emptied
+            return None
+        title, count = found[0], found[1]
+        named = f"\u201c{title}\u201d" if title else "an untitled session"
+        return (
+            f"The conversation it sums up stays: {named}, {count} message{'s' * (count != 1)}."
+            " Delete that session to remove it too."
+        )
 
     # -- tombstones ----------------------------------------------------------------------------
 
