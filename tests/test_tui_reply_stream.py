@@ -335,15 +335,18 @@ async def test_an_append_within_a_line_is_drawn_without_a_layout(monkeypatch):
     async with Transcript(view).run_test(size=(80, 20)) as pilot:
         await view.begin_stream()
         await view.write("First paragraph.\n\nHello")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: shown(view).endswith("Hello"))
+        await pilot.pause()  # its layouts done, however slow the machine
         layouts = Layouts(monkeypatch)
         await view.write(" there, world")
-        await pilot.pause(0.2)
+        await until(pilot, lambda: shown(view).endswith("world"))
+        await pilot.pause()  # a layout asked for would be made here
         assert shown(view) == "First paragraph.\n\nHello there, world"
         screens.append((shown(view), drawn(pilot.app)))
         assert layouts.count == 0
         await view.write(" and on" * 12)  # a second line
-        await pilot.pause(0.2)
+        await until(pilot, lambda: shown(view).endswith("and on"))
+        await pilot.pause()
         assert layouts.count == 1
         screens.append((shown(view), drawn(pilot.app)))
         await view.finish(shown(view))
@@ -361,12 +364,12 @@ async def test_after_a_delta_that_added_lines_the_next_waits_longer(monkeypatch)
     async with Transcript(view).run_test(size=(80, 20)) as pilot:
         await view.begin_stream()
         await view.write("Hello")  # its paragraph is new: a layout
-        await pilot.pause(0.1)
+        await until(pilot, lambda: shown(view) == "Hello")
         await view.write(" there")  # waits for GROW_S
         await pilot.pause(0.5)
         assert shown(view) == "Hello"
         await until(pilot, lambda: shown(view) == "Hello there", timeout=5)
         await view.write(" again")  # on the same line: the next frame
-        await until(pilot, lambda: shown(view) == "Hello there again", timeout=0.5)
+        await until(pilot, lambda: shown(view) == "Hello there again", timeout=1.5)
         await view.finish("Hello there again, and the end.")
         assert shown(view) == view.text == "Hello there again, and the end."

@@ -30,6 +30,7 @@ from navi_desktop.memory.db import DbError
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
+from navi_desktop.memory.scrub_plan import counted
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
@@ -207,10 +208,10 @@ class ForgetCommon:
         )
         if found is None:  # deleted, or emptied
             return None
-        title, count = found[0], found[1]
+        title, count = found
         named = f"\u201c{title}\u201d" if title else "an untitled session"
         return (
-            f"The conversation it sums up stays: {named}, {count} message{'s' * (count != 1)}."
+            f"The conversation it sums up stays: {named}, {counted(count, 'message', 'messages')}."
             " Delete that session to remove it too."
         )
 

@@ -13,6 +13,11 @@ from navi_desktop.memory.matching import Matcher, needle_form
 MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
 
 
+def counted(count: int, one: str, many: str) -> str:
+    """``count`` things in words: "1 message", "4 messages"."""
+    return f"{count} {one if count == 1 else many}"
+
+
 @dataclass
 class ScrubCounts:
     """Where a scrub changes something, by place."""
@@ -32,37 +37,31 @@ class ScrubCounts:
     def lines(self) -> list[str]:
         """The places in words, for a preview or a report ("4 messages in 3 sessions")."""
         out = []
-
-        def n(count: int, one: str, many: str) -> str:
-            return f"{count} {one if count == 1 else many}"
-
         if self.messages:
             out.append(
-                n(self.messages, "message", "messages")
-                + f" in {n(self.sessions, 'session', 'sessions')}"
+                counted(self.messages, "message", "messages")
+                + f" in {counted(self.sessions, 'session', 'sessions')}"
             )
         if self.titles:
-            out.append(n(self.titles, "session title", "session titles"))
+            out.append(counted(self.titles, "session title", "session titles"))
         if self.summaries:
-            out.append(n(self.summaries, "session summary", "session summaries"))
+            out.append(counted(self.summaries, "session summary", "session summaries"))
         if self.reflections:
-            out.append(n(self.reflections, "reflection", "reflections"))
+            out.append(counted(self.reflections, "reflection", "reflections"))
         if self.profile_summary:
             out.append("the profile summary")
         if self.memories:
-            out.append(n(self.memories, "other memory", "other memories") + " (redacted)")
+            out.append(counted(self.memories, "other memory", "other memories") + " (redacted)")
         if self.also_forgotten:
             ids = ", ".join(f"#{i}" for i in self.also_forgotten)
-            out.append(
-                f"{n(len(self.also_forgotten), 'memory', 'memories')} with the same value"
-                f" ({ids}), forgotten too"
-            )
+            same = counted(len(self.also_forgotten), "memory", "memories")
+            out.append(f"{same} with the same value ({ids}), forgotten too")
         if self.history:
-            out.append(n(self.history, "history row", "history rows") + " of other memories")
+            out.append(counted(self.history, "history row", "history rows") + " of other memories")
         if self.entities:
-            out.append(n(self.entities, "entity name", "entity names"))
+            out.append(counted(self.entities, "entity name", "entity names"))
         if self.notes:
-            out.append(n(self.notes, "note on a rated reply", "notes on rated replies"))
+            out.append(counted(self.notes, "note on a rated reply", "notes on rated replies"))
         return out
 
 
