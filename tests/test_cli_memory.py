@@ -707,3 +707,21 @@ def test_navi_alone_opens_the_app_without_building_the_commands():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "True [(False, None), (True, 'work')]"
+
+
+def test_forgetting_an_episode_names_its_conversation_on_one_safe_line(cli, home):
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.paths import Paths
+
+    async def seed() -> int:
+        async with await MemoryStore.open_profile(PROFILE, paths=Paths.from_env()) as store:
+            await store.create_session("Moving\x1b[2J\nabroad", session_id="s1")
+            await store.save_message("s1", "user", "we may move to Lisbon")
+            episode = await store.add_memory("Planned a move.", kind="episode", session_id="s1")
+            return episode.memory.id
+
+    episode = asyncio.run(seed())
+    code, out, _ = cli("forget", str(episode))  # no terminal: the preview, nothing forgotten
+    assert code == 2
+    assert "The conversation it sums up stays: \u201cMoving?[2J abroad\u201d, 1 message." in out
+    assert "\x1b" not in out

@@ -165,3 +165,25 @@ def test_memory_command_starts_the_daemon(env):
     bad = navi(environ, "memory", "list", "--profile", "broken")
     assert bad.returncode == 2 and str(corrupt) in bad.stderr
     assert corrupt.read_bytes() == b"garbage" * 100
+
+
+def test_control_characters_from_the_model_or_a_title_never_reach_the_terminal(env):
+    """A model that answers with escape sequences, or a session renamed to one, cannot move
+    the cursor or retitle the terminal: each shows as '?'. An export to a file keeps the
+    conversation as written."""
+    fake, environ, _ = env
+    fake.script(Reply("Hi \x1b[2Jthere\x07, \x1b]0;owned\x07done"))
+    chat = navi(environ, "chat", "hello")
+    assert chat.returncode == 0, chat.stderr
+    assert "Hi ?[2Jthere?, ?]0;owned?done" in chat.stdout
+    session_id = chat.stderr.strip().split()[-1]
+    renamed = navi(environ, "sessions", "rename", session_id, "evil\x1b[31m\rtitle")
+    listed = navi(environ, "sessions", "list")
+    shown = navi(environ, "sessions", "show", session_id)
+    for result in (chat, renamed, listed, shown):
+        assert result.returncode == 0, result.stderr
+        assert not {"\x1b", "\x07", "\r"} & set(result.stdout)
+    assert "evil?[31m?title" in renamed.stdout and "evil?[31m?title" in listed.stdout
+    assert "assistant: Hi ?[2Jthere?" in shown.stdout
+    exported = navi(environ, "sessions", "export", session_id)  # stdout is a pipe here
+    assert "Hi \x1b[2Jthere\x07" in exported.stdout

@@ -521,5 +521,7 @@ def test_the_forget_dialog_says_what_a_forget_leaves() -> None:
     preview = {"everywhere": [], "evidence": [], "rule": "whole words", "kept": kept}
     shown = Text.from_markup(forget_body("#7 Planned a move abroad.", preview)).plain
     assert "It occurs nowhere else.\n" + kept + "\n" in shown
+    preview["kept"] = "The conversation it sums up stays: \u201ctwo\nlines\u201d, 1 message."
+    assert "\u201ctwo lines\u201d, 1 message.\n" in forget_body("#7", preview)  # one line
     preview["kept"] = None  # a fact, or a session deleted since
     assert "stays" not in forget_body("#8 Lisbon", preview)

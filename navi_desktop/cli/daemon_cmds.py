@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from navi_desktop.cli.output import emit_json, error
+from navi_desktop.cli.output import emit_json, error, one_line, safe
 
 CHAT_TIMEOUT_S = 600.0
 
@@ -225,7 +225,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         async def show_deltas() -> None:
             async for note in client.notifications():
                 if note.method == "chat.delta" and not args.json:
-                    sys.stdout.write(note.params["text"])
+                    sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
                     sys.stdout.flush()
 
         printer = asyncio.ensure_future(show_deltas())
@@ -325,14 +325,16 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     if action == "list":
         for s in result:
             name = s["title"] or (s.get("preview") or "").split("\n", 1)[0][:60]
-            print(f"{s['id']}  {s['last_active_at'][:16]}  {s['state']:<8}  {name}")
+            print(f"{s['id']}  {s['last_active_at'][:16]}  {s['state']:<8}  {one_line(name)}")
     elif action == "show":
         for m in result["messages"]:
-            print(f"[{m['created_at'][11:16]}] {m['name'] or m['role']}: {m['content']}")
+            who = one_line(m["name"] or m["role"])
+            print(f"[{m['created_at'][11:16]}] {who}: {safe(m['content'])}")
     elif action == "export":
-        sys.stdout.write(result["markdown"] + "\n")
+        markdown = result["markdown"]  # to a file as written; to a terminal, no escapes
+        sys.stdout.write((safe(markdown) if sys.stdout.isatty() else markdown) + "\n")
     elif action == "rename":
-        print(f"renamed {result['id']}: {result['title']}")
+        print(f"renamed {result['id']}: {one_line(result['title'])}")
     elif action == "delete":
         print(f"deleted {result['deleted']} ({result['messages']} messages)")
     return 0

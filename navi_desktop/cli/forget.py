@@ -80,7 +80,7 @@ def _preview_lines(preview: Any, scope: str) -> list[str]:
             f"Careful: {preview.broad}; unrelated text that contains it as a word goes too."
         )
     if preview.kept:
-        lines.append(preview.kept)
+        lines.append(one_line(preview.kept))
     return lines
 
 
