@@ -267,7 +267,7 @@ async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
     for text in ("we may move to Lisbon", "the flat is near the river", "in spring"):
         await any_store.save_message("s1", "user", text)
     await any_store.create_session(session_id="s2")
-    await any_store.save_message("s2", "user", "just one")
+    await any_store.save_message("s2", "user", "just   one")
     episode = (
         await any_store.add_memory("Planned a move abroad.", kind="episode", session_id="s1")
     ).memory
@@ -275,6 +275,9 @@ async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
         await any_store.add_memory("Said one thing.", kind="episode", session_id="s2")
     ).memory
     fact = (await any_store.add_memory("Lisbon", key="next city", session_id="s1")).memory
+    await any_store.create_session(session_id="s3")
+    await any_store.save_message("s3", "user", "word " * 30)
+    long = (await any_store.add_memory("Said much.", kind="episode", session_id="s3")).memory
 
     preview = await any_store.forget_preview(episode.id)
     assert preview.everywhere == []  # its text is nowhere else
@@ -282,7 +285,10 @@ async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
         "The conversation it sums up stays: \u201cMoving to Lisbon\u201d, 3 messages."
         " Delete that session to remove it too."
     )
-    assert "an untitled session, 1 message." in (await any_store.forget_preview(untitled.id)).kept
+    said_once = (await any_store.forget_preview(untitled.id)).kept
+    assert "stays: the session that starts \u201cjust one\u201d, 1 message." in said_once
+    said_much = (await any_store.forget_preview(long.id)).kept
+    assert f"starts \u201c{'word ' * 11}word\u2026\u201d, 1 message." in said_much  # 60 chars
     assert (await any_store.forget_preview(fact.id)).kept is None  # its words go from it
     await any_store.forget(episode.id)
     assert len(await any_store.messages("s1")) == 3  # as the preview said

@@ -202,14 +202,21 @@ class ForgetCommon:
         if row["kind"] != "episode" or not row["session_id"]:
             return None
         found = await self.db.fetchone(
-            "SELECT s.title, count(*) FROM sessions s JOIN messages m ON m.session_id = s.id"
+            "SELECT s.title, count(*), (SELECT f.content FROM messages f"
+            " WHERE f.session_id = s.id ORDER BY f.id LIMIT 1)"
+            " FROM sessions s JOIN messages m ON m.session_id = s.id"
             " WHERE s.id = ? GROUP BY s.id, s.title",
             (row["session_id"],),
         )
         if found is None:  # deleted, or emptied
             return None
-        title, count = found
-        named = f"\u201c{title}\u201d" if title else "an untitled session"
+        title, count, first = found
+        if title:
+            named = f"\u201c{title}\u201d"
+        else:  # named as the sessions list names it: by how it starts
+            start = " ".join(first.split())
+            cut = start[:60].rstrip() + "…" * (len(start) > 60)
+            named = f"the session that starts \u201c{cut}\u201d"
         return (
             f"The conversation it sums up stays: {named}, {counted(count, 'message', 'messages')}."
             " Delete that session to remove it too."
