@@ -1,13 +1,14 @@
 """What every Navi screen shares: the problem banner on top, the status line and the key
-footer below, incognito's colour, and daemon notifications delivered to ``on_event``."""
+footer below, incognito's colour, daemon notifications delivered to ``on_event``, and typing
+drawn ahead of other frames (frames.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from textual.app import ComposeResult
-from textual.screen import Screen
 
+from navi_desktop.tui.frames import InputFirst
 from navi_desktop.tui.status import Status
 from navi_desktop.tui.widgets.footer import Footer
 from navi_desktop.tui.widgets.status_line import Banner, StatusLine
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from navi_desktop.tui.app import NaviApp
 
 
-class NaviScreen(Screen[None]):
+class NaviScreen(InputFirst):
     @property
     def navi(self) -> NaviApp:
         return self.app  # type: ignore[return-value]

@@ -18,6 +18,8 @@ from textual import events
 from textual.binding import Binding
 from textual.widgets import Input, TextArea
 
+from navi_desktop.tui.frames import InputFirst
+
 
 class InOrder:
     """Mixed in before a Textual text widget."""
@@ -28,8 +30,11 @@ class InOrder:
             event.stop()
             event.prevent_default()
             await self.run_action(binding.action)  # type: ignore[attr-defined]
-            return
-        await super()._on_key(event)  # type: ignore[misc]
+        else:
+            await super()._on_key(event)  # type: ignore[misc]
+        screen = self.screen  # type: ignore[attr-defined]
+        if isinstance(screen, InputFirst):
+            screen.draw_soon(self)  # type: ignore[arg-type]
 
     def _own_binding(self, key: str) -> Binding | None:
         """This widget's binding for ``key`` as the screen resolves it (the user's keymap
