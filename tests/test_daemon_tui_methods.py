@@ -411,3 +411,15 @@ async def test_drop_last_reply_removes_every_trace_of_the_reply(tmp_path):
             await store.drop_last_reply(empty)
         with pytest.raises(NotFound):
             await store.drop_last_reply("nope")
+
+
+async def test_a_rename_or_a_delete_is_announced_to_every_open_app(daemon):
+    """The app's sessions list follows what the CLI or another window does."""
+    daemon.fake.script(Reply("Hi!"))
+    sid = (await daemon.call("chat.send", text="hello"))["session_id"]
+    await daemon.client.subscribe("sessions")
+    await daemon.notes()
+    await daemon.call("sessions.rename", id=sid, title="Greetings")
+    assert ("session.updated", {"profile": "me", "session_id": sid}) in await daemon.notes()
+    await daemon.call("sessions.delete", id=sid)
+    assert ("session.updated", {"profile": "me", "session_id": sid}) in await daemon.notes()

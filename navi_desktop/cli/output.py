@@ -13,9 +13,8 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-# C0/C1 control characters (and DEL): stored text may come from imports or conversations and
-# must not be able to drive the terminal (escape sequences) when shown.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+from navi_desktop.terminal_text import safe
+
 _SPACE = re.compile(r"\s+")
 
 
@@ -27,11 +26,6 @@ def error(message: str) -> None:
 def emit_json(data: Any) -> None:
     """The one JSON document a command writes to stdout."""
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-
-
-def safe(text: str) -> str:
-    """Text with control characters (other than tab and newline) shown as '?'."""
-    return _CONTROL.sub("?", text)
 
 
 def one_line(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from navi_desktop.daemon.peercred import peer_uid, user_label
 from navi_desktop.daemon.wire import INVALID_PARAMS, NOT_FOUND, FrameError, decode, encode, envelope
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
+from navi_desktop.terminal_text import FRAME_CONTROL, safe_data
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,9 @@ class DaemonClient:
         self._closed = False
         self._fatal: dict[str, Any] | None = None  # an id-less error the daemon sent
         self._broken: str | None = None  # why this client stopped reading the daemon
+        # Control characters in every string read are replaced (terminal_text.safe_data),
+        # for a client that shows what it reads on a terminal (the app).
+        self.safe_text = False
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -290,6 +294,8 @@ class DaemonClient:
         msg = decode(line)
         if not isinstance(msg, dict):
             return
+        if self.safe_text and FRAME_CONTROL.search(line):
+            msg = safe_data(msg)
         if "result" in msg or "error" in msg:
             rid = msg.get("id")
             future = self._pending.get(rid) if isinstance(rid, int) else None

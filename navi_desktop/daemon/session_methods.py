@@ -45,8 +45,12 @@ class SessionMethods:
     async def sessions_rename(
         self: Service, params: mp.SessionsRename, peer: Any
     ) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
-        renamed = await store.rename_session(params.id, params.title)
+        profile = self.profile(params.profile)
+        renamed = await (await self.store(profile)).rename_session(params.id, params.title)
+        # Every open app's list follows a rename made elsewhere (the CLI, another window).
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": params.id}
+        )
         return renamed.to_dict()
 
     @takes(mp.SessionById)
@@ -58,6 +62,9 @@ class SessionMethods:
         if (timer := self._timers.pop((profile, session_id), None)) is not None:
             timer.cancel()
         count = await (await self.store(profile)).delete_session(session_id)
+        await self.broadcast(
+            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
+        )
         return {"deleted": session_id, "messages": count}
 
     @takes(mp.SessionById)

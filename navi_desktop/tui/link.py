@@ -4,6 +4,10 @@ It starts the daemon when none answers, subscribes to the notification topics, h
 notification to ``on_event`` and every change of connection state to ``on_state``, and
 reconnects when the daemon goes away. Calls made while disconnected fail at once with a
 message that says what is wrong, so the UI never hangs on a dead socket.
+
+Every string that comes in (answers, notifications, errors) has its control characters
+replaced (``DaemonClient.safe_text``, terminal_text.py): the app shows replies, memories and
+titles as they are, and Textual would pass an escape sequence in them on to the terminal.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths
+from navi_desktop.terminal_text import safe
 
 TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
@@ -98,14 +103,18 @@ class DaemonLink:
 
         if self._restart:
             autostart, self._restart = True, False
-        return await connect(
+        client = await connect(
             self.paths,
             timeout=2.0,
             autostart=autostart,
             on_start=lambda: self._set(LinkState("connecting", "starting the Navi daemon…")),
         )
+        client.safe_text = True
+        return client
 
     def _set(self, state: LinkState) -> None:
+        if state.detail is not None:
+            state = LinkState(state.state, safe(state.detail))
         if state != self.state:
             self.state = state
             self._on_state(state)

@@ -1,0 +1,41 @@
+"""Stored text made fit for a terminal. What Navi shows comes from conversations, a model,
+imports and files; none of it may drive the terminal. An escape sequence in a reply or a
+memory could set the window title, clear the screen or (OSC 52, in many terminals) write the
+clipboard, and Textual passes ESC through to the terminal as it is.
+
+Standard library only: the CLI and the app import it at startup.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+# C0/C1 control characters (and DEL), all but tab and newline.
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# One of them in a JSON frame, escaped or as UTF-8: a frame without any needs no walk.
+FRAME_CONTROL = re.compile(rb"\\u00[0189][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]")
+
+
+def safe(text: str) -> str:
+    """Text with control characters (other than tab and newline) shown as '?'."""
+    return text if text.isprintable() else CONTROL.sub("?", text)
+
+
+def safe_data(value: Any) -> Any:
+    """Decoded JSON with every string in it made ``safe``, keys included. Lists and dicts
+    are changed in place."""
+    kind = type(value)
+    if kind is str:
+        return value if value.isprintable() else CONTROL.sub("?", value)
+    if kind is list:
+        for i, item in enumerate(value):
+            if (made := safe_data(item)) is not item:
+                value[i] = made
+    elif kind is dict:
+        if not all(type(key) is not str or key.isprintable() for key in value):
+            return {safe_data(key): safe_data(item) for key, item in value.items()}
+        for key, item in value.items():
+            if (made := safe_data(item)) is not item:
+                value[key] = made
+    return value
