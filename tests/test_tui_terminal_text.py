@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from textual import events
+from textual.widgets import Input, TextArea
 
 from navi_desktop.daemon.client import DaemonClient, RemoteInvalidInput
 from navi_desktop.daemon.main import socket_path
@@ -61,6 +63,21 @@ async def test_a_memory_reaches_the_inspector_without_escapes(daemon: Daemon):
     async with inspector(daemon) as (app, pilot, screen):
         await highlight(pilot, screen, memory_id)
         await until(pilot, lambda: "likes ?]0;pwned" in on_terminal(app))
+        assert harmless(on_terminal(app))
+
+
+async def test_a_paste_reaches_the_prompt_and_the_search_without_escapes(daemon: Daemon):
+    async with inspector(daemon) as (app, pilot, screen):
+        await pilot.press("slash")  # the inspector's search field
+        app.post_message(events.Paste(f"tea {INJECTED}\r\nsecond line"))  # as the driver does
+        search = screen.query_one("#search", Input)
+        await until(pilot, lambda: search.value.startswith("tea ?]0;pwned?"))
+        assert harmless(on_terminal(app))
+        await pilot.press("f2")  # the chat: the prompt has the focus
+        app.post_message(events.Paste(f"one {INJECTED}\r\ntwo\rthree\tfour"))
+        prompt = app.screen.query_one("#prompt", TextArea)
+        await until(pilot, lambda: "three" in prompt.text)
+        assert prompt.text == "one ?]0;pwned? ?]52;c;aGk=? ?[2J ?31m\ntwo\nthree\tfour"
         assert harmless(on_terminal(app))
 
 

@@ -7,7 +7,7 @@ Backspace were inserted before it ran, and it then deleted them: "teacup", six B
 "Bruno" became "teacu" (benchmarks/textual_key_order.py reproduces it without Navi; upstream:
 Textualize/textual#6605, with a fix of the same shape proposed in #6631). These fields run
 their own bindings in their own queue, in order with the letters; keys bound on the screen or
-the app (Ctrl+N, F-keys) still take the usual way.
+the app (Ctrl+N, F-keys) still take the usual way. A paste loses its control characters.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from textual import events
 from textual.binding import Binding
 from textual.widgets import Input, TextArea
 
+from navi_desktop.terminal_text import safe
 from navi_desktop.tui.frames import InputFirst
 
 
@@ -35,6 +36,12 @@ class InOrder:
         screen = self.screen  # type: ignore[attr-defined]
         if isinstance(screen, InputFirst):
             screen.draw_soon(self)  # type: ignore[arg-type]
+
+    def _on_paste(self, event: events.Paste) -> None:
+        # A paste can carry escape sequences (a web page puts what it likes on the clipboard),
+        # and the field would send them on to the terminal. The widget's own handler, next in
+        # Textual's dispatch, inserts what is left.
+        event.text = safe(event.text.replace("\r\n", "\n").replace("\r", "\n"))
 
     def _own_binding(self, key: str) -> Binding | None:
         """This widget's binding for ``key`` as the screen resolves it (the user's keymap
