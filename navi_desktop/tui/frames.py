@@ -3,7 +3,8 @@
 While a reply streams, most frames are a layout of the screen and a render of what moved,
 12-35 ms together in one turn of the event loop. Textual draws a key's change with the next
 frame, so a letter typed meanwhile waited for the frame under way, then for the next one
-(its layout included): 23-25 ms to be seen at the median, 70 ms at p99. Two changes:
+(its layout included): 27-31 ms to be seen at the median, 68-77 ms at p99 (benchmarks/
+tui_perf.py). Two changes:
 
 - A layout's render runs a few turns of the loop after it (``INPUT_TURNS``), not in the same
   turn: a key that came meanwhile is handled between the two halves, not after both.
@@ -79,8 +80,10 @@ class InputFirst(Screen[None]):
         typed, self._typed = self._typed or set(), None
         if not (self.is_current and self.is_running) or self.app._batch_count:
             return  # the next frame draws them (a batch would drop this one)
-        moving = self._may_move()
-        still = {w for w in typed if w not in moving and moving.isdisjoint(w.ancestors)}
+        moving, shown = self._may_move(), self._compositor.visible_widgets
+        still = {
+            w for w in typed if w in shown and w not in moving and moving.isdisjoint(w.ancestors)
+        }
         if not still:
             return
         # Only the typed fields now: the rest of a layout's changes are drawn in their turn

@@ -12,10 +12,12 @@ the app (Ctrl+N, F-keys) still take the usual way. A paste loses its control cha
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from textual import events
 from textual.binding import Binding
+from textual.dom import NoScreen
 from textual.widgets import Input, TextArea
 
 from navi_desktop.terminal_text import safe
@@ -33,9 +35,12 @@ class InOrder:
             await self.run_action(binding.action)  # type: ignore[attr-defined]
         else:
             await super()._on_key(event)  # type: ignore[misc]
-        screen = self.screen  # type: ignore[attr-defined]
-        if isinstance(screen, InputFirst):
-            screen.draw_soon(self)  # type: ignore[arg-type]
+        # Drawn at once while a reply streams (frames.py); a key that closed its dialog left
+        # the field without a screen.
+        with contextlib.suppress(NoScreen):
+            screen = self.screen  # type: ignore[attr-defined]
+            if isinstance(screen, InputFirst):
+                screen.draw_soon(self)  # type: ignore[arg-type]
 
     def _on_paste(self, event: events.Paste) -> None:
         # A paste can carry escape sequences (a web page puts what it likes on the clipboard),
