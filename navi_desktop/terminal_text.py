@@ -27,7 +27,7 @@ def safe_data(value: Any) -> Any:
     are changed in place."""
     kind = type(value)
     if kind is str:
-        return value if value.isprintable() else CONTROL.sub("?", value)
+        return safe(value)
     if kind is list:
         for i, item in enumerate(value):
             if (made := safe_data(item)) is not item:
