@@ -167,6 +167,21 @@ def test_memory_command_starts_the_daemon(env):
     assert corrupt.read_bytes() == b"garbage" * 100
 
 
+def test_a_lone_surrogate_from_the_model_becomes_a_replacement_character(env):
+    """JSON lets a server send "\\ud800", which no frame, file or row can hold: the reply
+    still completes and is stored, the character shown as U+FFFD (it was an internal error
+    in chat.send, and the delta was lost)."""
+    fake, environ, _ = env
+    fake.script(Reply(chunks=["Hi ", "\ud800", " there"]))
+    chat = navi(environ, "chat", "hello")
+    assert chat.returncode == 0, chat.stderr
+    assert "Hi \ufffd there" in chat.stdout
+    session_id = chat.stderr.strip().split()[-1]
+    shown = navi(environ, "sessions", "show", session_id)
+    assert shown.returncode == 0, shown.stderr
+    assert "assistant: Hi \ufffd there" in shown.stdout
+
+
 def test_control_characters_from_the_model_or_a_title_never_reach_the_terminal(env):
     """A model that answers with escape sequences, or a session renamed to one, cannot move
     the cursor or retitle the terminal: each shows as '?'. An export to a file keeps the

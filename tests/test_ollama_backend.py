@@ -336,6 +336,26 @@ async def test_complete_json_passes_the_schema_as_format(fake, backend):
     assert {"seed", "num_predict", "num_ctx"} <= set(body["options"])
 
 
+async def test_a_lone_surrogate_in_any_model_text_comes_in_as_a_replacement_character(
+    fake, backend
+):
+    """Valid JSON ("\\ud800"), not valid text: every way a model's text comes in makes it
+    U+FFFD, so nothing downstream (a frame, a row, a file) fails on it."""
+    fake.script(
+        Reply(chunks=["a\ud800", "b"], thinking="t\udfff"),
+        Reply(tool_calls=[("search_memory", {"query": "x\ud83d", "n": [1, "\udc00"]})]),
+        Reply('{"facts": [{"key": "cat", "value": "Mi\ud800so", "confidence": 0.9}]}'),
+    )
+    events = await collect(backend.chat_stream("qwen3:8b", USER, think=True))
+    assert events[-1].content == "a\ufffdb" and events[-1].thinking == "t\ufffd"
+    events = await collect(backend.chat_stream("llama3.2", USER, tools=TOOLS))
+    assert events[-1].tool_calls == (
+        ToolCall("search_memory", {"query": "x\ufffd", "n": [1, "\ufffd"]}),
+    )
+    result = await backend.complete_json("llama3.2", USER, FACTS_SCHEMA)
+    assert result["facts"][0]["value"] == "Mi\ufffdso"
+
+
 @pytest.mark.parametrize(
     ("output", "done_reason", "expected"),
     [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
@@ -49,6 +50,7 @@ from navi_desktop.llm.types import (
 )
 
 T = TypeVar("T")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only ever lone in a str decoded from JSON
 ChatMessage = Mapping[str, Any]
 ToolSpec = Mapping[str, Any] | Callable[..., Any]
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -243,14 +245,14 @@ class OllamaBackend:
             async for part in parts:
                 message = part.message
                 if message.thinking:
-                    thinking.append(message.thinking)
-                    yield ThinkingDelta(message.thinking)
+                    thinking.append(said := whole(message.thinking))
+                    yield ThinkingDelta(said)
                 if message.content:
-                    content.append(message.content)
-                    yield ContentDelta(message.content)
+                    content.append(said := whole(message.content))
+                    yield ContentDelta(said)
                 if message.tool_calls:
                     new = tuple(
-                        ToolCall(c.function.name, dict(c.function.arguments or {}))
+                        ToolCall(whole(c.function.name), whole_args(c.function.arguments))
                         for c in message.tool_calls
                     )
                     calls.extend(new)
@@ -400,7 +402,7 @@ class OllamaBackend:
                 stream=False,
             ),
         )
-        text = response.message.content or ""
+        text = whole(response.message.content or "")
         if len(text) > (limit := bounded["num_predict"]) * MAX_CHARS_PER_TOKEN:
             # A server that ignored num_predict: not worth reading (salvage walks every character).
             problem = f"{len(text):,} characters, far beyond its limit of {limit} tokens"
@@ -489,6 +491,19 @@ class OllamaBackend:
                 yield item
         finally:
             await stream.aclose()
+
+
+def whole(text: str) -> str:
+    """A model's text as valid Unicode. JSON lets a server send a lone surrogate ("\\ud800"),
+    which no socket frame, file or SQLite row can hold: it becomes U+FFFD here, where the
+    model's text comes in, not an error wherever it goes next."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def whole_args(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A tool call's arguments, every string in them ``whole``."""
+    found = json.dumps(dict(arguments or {}), ensure_ascii=False)
+    return json.loads(whole(found)) if _SURROGATE.search(found) else dict(arguments or {})
 
 
 def _no_json(text: str, done_reason: str | None) -> str:
