@@ -278,6 +278,10 @@ async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
     await any_store.create_session(session_id="s3")
     await any_store.save_message("s3", "user", "word " * 30)
     long = (await any_store.add_memory("Said much.", kind="episode", session_id="s3")).memory
+    await any_store.create_session(session_id="s4")  # the assistant spoke first
+    await any_store.save_message("s4", "assistant", "Welcome back!")
+    await any_store.save_message("s4", "user", "I like tea")
+    greeted = (await any_store.add_memory("Likes tea.", kind="episode", session_id="s4")).memory
 
     preview = await any_store.forget_preview(episode.id)
     assert preview.everywhere == []  # its text is nowhere else
@@ -289,6 +293,8 @@ async def test_forgetting_an_episode_says_its_conversation_stays(any_store):
     assert "stays: the session that starts \u201cjust one\u201d, 1 message." in said_once
     said_much = (await any_store.forget_preview(long.id)).kept
     assert f"starts \u201c{'word ' * 11}word\u2026\u201d, 1 message." in said_much  # 60 chars
+    said_after = (await any_store.forget_preview(greeted.id)).kept  # as the sessions list
+    assert "stays: the session that starts \u201cI like tea\u201d, 2 messages." in said_after
     assert (await any_store.forget_preview(fact.id)).kept is None  # its words go from it
     await any_store.forget(episode.id)
     assert len(await any_store.messages("s1")) == 3  # as the preview said

@@ -31,6 +31,7 @@ from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
 from navi_desktop.memory.scrub_plan import counted
+from navi_desktop.memory.sessions import FIRST_SAID
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
@@ -202,21 +203,22 @@ class ForgetCommon:
         if row["kind"] != "episode" or not row["session_id"]:
             return None
         found = await self.db.fetchone(
-            "SELECT s.title, count(*), (SELECT f.content FROM messages f"
-            " WHERE f.session_id = s.id ORDER BY f.id LIMIT 1)"
-            " FROM sessions s JOIN messages m ON m.session_id = s.id"
-            " WHERE s.id = ? GROUP BY s.id, s.title",
+            f"SELECT title, {FIRST_SAID},"
+            " (SELECT count(*) FROM messages c WHERE c.session_id = sessions.id)"
+            " FROM sessions WHERE id = ?",
             (row["session_id"],),
         )
-        if found is None:  # deleted, or emptied
+        if found is None or not found[2]:  # deleted, or emptied
             return None
-        title, count, first = found
+        title, first, count = found
         if title:
             named = f"\u201c{title}\u201d"
-        else:  # named as the sessions list names it: by how it starts
+        elif first:  # named as the sessions list names it: by what the user said first
             start = " ".join(first.split())
             cut = start[:60].rstrip() + "…" * (len(start) > 60)
             named = f"the session that starts \u201c{cut}\u201d"
+        else:
+            named = "an untitled session"
         return (
             f"The conversation it sums up stays: {named}, {counted(count, 'message', 'messages')}."
             " Delete that session to remove it too."

@@ -21,6 +21,11 @@ SESSION_COLUMNS = (
     "id, title, created_at, last_active_at, state, processed_upto, pending_reason, ended_at"
 )
 MESSAGE_COLUMNS = "id, session_id, role, name, content, created_at, meta"
+# What the user said first in ``sessions``' row: an untitled session is named by it.
+FIRST_SAID = (
+    "(SELECT substr(m.content, 1, 120) FROM messages m"
+    " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
+)
 
 
 @dataclass(frozen=True)
@@ -251,9 +256,8 @@ class SessionAdminOps:
     async def list_sessions(self: Store, *, limit: int = 100, offset: int = 0) -> list[Session]:
         async with self.db.reading():
             rows = await self.db.fetchall(
-                f"SELECT {SESSION_COLUMNS}, (SELECT substr(m.content, 1, 120) FROM messages m"
-                " WHERE m.session_id = sessions.id AND m.role = 'user' ORDER BY m.id LIMIT 1)"
-                " AS preview FROM sessions ORDER BY last_active_at DESC LIMIT ? OFFSET ?",
+                f"SELECT {SESSION_COLUMNS}, {FIRST_SAID} AS preview"
+                " FROM sessions ORDER BY last_active_at DESC LIMIT ? OFFSET ?",
                 (limit, offset),
             )
         return [Session.from_row(r) for r in rows]
