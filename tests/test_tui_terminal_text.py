@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from textual import events
-from textual.widgets import Input, TextArea
+from textual.widgets import Input, Label, TextArea
 
 from navi_desktop.daemon.client import DaemonClient, RemoteInvalidInput
 from navi_desktop.daemon.main import socket_path
@@ -49,6 +49,8 @@ async def test_a_reply_and_a_session_title_reach_the_terminal_without_escapes(fa
         # A title renamed elsewhere comes in a notification, then a reload of the list.
         await daemon.call("sessions.rename", {"id": session_id, "title": f"T {INJECTED}"})
         await until(pilot, lambda: app.screen.sessions.title_of(session_id).startswith("T ?]0;"))
+        title = app.screen.query_one("#chat-title", Label)  # the open session's, above it
+        await until(pilot, lambda: str(title.render()).startswith("T ?]0;"))
         assert harmless(on_terminal(app))
     # Stored as the model sent it: only what is shown changes.
     shown = await daemon.call("sessions.show", {"id": session_id})

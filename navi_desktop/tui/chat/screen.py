@@ -289,6 +289,10 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         self.show_sessions(True)
         self.query_one("#session-search").focus()
 
+    @on(SessionsPane.Loaded)
+    def _titles_loaded(self) -> None:
+        self._show_title()  # the open session may have been renamed elsewhere
+
     @on(SessionsPane.Picked)
     async def _picked(self, event: SessionsPane.Picked) -> None:
         await self.action_open_session(event.session_id)

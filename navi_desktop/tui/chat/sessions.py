@@ -43,6 +43,9 @@ class SessionsPane(Vertical):
             super().__init__()
             self.session_id = session_id
 
+    class Loaded(Message):
+        """The list has the daemon's sessions as they are now (titles renamed elsewhere)."""
+
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self.sessions: list[dict[str, Any]] = []
@@ -60,6 +63,7 @@ class SessionsPane(Vertical):
             self.sessions = await link.call("sessions.list", {"limit": 200})
         except Exception:
             return  # the banner says why the daemon cannot answer
+        self.post_message(self.Loaded())
         query = self.query_one("#session-search", Input).value.strip()
         shown = self.sessions
         if query:
