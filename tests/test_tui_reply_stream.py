@@ -243,16 +243,23 @@ async def test_a_long_reply_through_the_daemon_arrives_whole(fake, daemon, monke
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.status.memories is not None)
-        await pilot.press(*"write a lot", "enter")
         seen: list[tuple[str, str]] = []
+
+        # Sampled inside the app: pilot.press returns once the process idles (up to 2 s), and
+        # a fast machine has streamed the whole reply by then.
+        def look() -> None:
+            views = list(app.screen.query(MessageView))
+            if len(views) == 2 and app.screen.reply is not None:
+                seen.append((views[-1].text, shown(views[-1])))
+
+        app.set_interval(0.02, look)
+        await pilot.press(*"write a lot", "enter")
         reply = None
 
         def finished() -> bool:
             nonlocal reply
             views = list(app.screen.query(MessageView))
             reply = views[-1] if len(views) == 2 else None
-            if reply is not None and app.screen.reply is not None:
-                seen.append((reply.text, shown(reply)))
             return reply is not None and app.screen.reply is None and bool(reply.text)
 
         await until(pilot, finished, timeout=30)
