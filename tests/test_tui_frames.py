@@ -128,3 +128,18 @@ async def test_a_key_waits_for_the_frame_when_a_pending_layout_may_move_its_fiel
         screen.held = False  # the next frame lays it out and draws it
         await until(pilot, lambda: frames.drew("zq"))
         assert frames.seen.index(("layout", "start")) < frames.seen.index(("layout", "end"))
+
+
+async def test_a_layouts_render_that_falls_in_a_batch_is_drawn_after_it():
+    """Textual discards a frame drawn inside a batch (a Markdown mounting its blocks). The
+    layout's render, put off a few turns, must not fall there and lose the layout's changes:
+    a reply whose user typed as it ended stayed half drawn until the next layout."""
+    async with held() as (pilot, screen, frames):
+        screen.query_one("#log", Static).update("a line\nand another")
+        await pilot.pause()
+        screen._refresh_layout()  # its render waits a few turns...
+        pilot.app._begin_batch()  # ...and a batch begins meanwhile
+        await pilot.pause(0.05)  # many turns of the loop: the render's turn comes and goes
+        assert not frames.drew("and another")
+        pilot.app._end_batch()
+        await until(pilot, lambda: frames.drew("and another"))

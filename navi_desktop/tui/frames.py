@@ -63,6 +63,11 @@ class InputFirst(Screen[None]):
             after_turns(INPUT_TURNS, self._render_layout)
 
     def _render_layout(self) -> None:
+        if self.app._batch_count:
+            # Textual discards what is drawn inside a batch (a Markdown mounting blocks), and
+            # the layout's changes would be lost with it: drawn once the batch is over.
+            after_turns(INPUT_TURNS, self._render_layout)
+            return
         self._render_due = False
         if self.is_running:
             # Widgets changed since the layout (a key) are drawn with it where they stay.
