@@ -7,14 +7,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from textual import events
 from textual.app import App, ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Label, Static
 
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.frames import InputFirst
-from tests.tui_support import until
+from tests.tui_support import record_frames, type_keys, until
 
 
 class Typing(InputFirst):
@@ -52,27 +51,18 @@ class Frames:
 
     def __init__(self, app: App[Any], screen: Typing) -> None:
         self.seen: list[tuple[str, str]] = []
-        display, layout = app._display, screen._refresh_layout
-
-        def drawn(on: Any, update: Any) -> None:
-            if update is not None and not app._batch_count:  # else Textual drops it
-                self.seen.append(("drawn", update.render_segments(app.console)))
-            display(on, update)
+        layout = screen._refresh_layout
+        record_frames(app, lambda text: self.seen.append(("drawn", text)))
 
         def laid_out(*args: Any, **kwargs: Any) -> None:
             self.seen.append(("layout", "start"))
             layout(*args, **kwargs)
             self.seen.append(("layout", "end"))
 
-        app._display = drawn  # type: ignore[method-assign]
         screen._refresh_layout = laid_out  # type: ignore[method-assign]
 
     def drew(self, text: str) -> bool:
         return any(kind == "drawn" and text in what for kind, what in self.seen)
-
-
-def key(char: str) -> events.Key:
-    return events.Key(char, char)
 
 
 @asynccontextmanager
@@ -88,17 +78,11 @@ async def held() -> AsyncIterator[tuple[Any, Typing, Frames]]:
         yield pilot, screen, frames
 
 
-def type_keys(pilot: Any, text: str) -> None:
-    """Keys as the terminal driver posts them: not Pilot.press, which waits for idle."""
-    for char in text:
-        pilot.app.post_message(key(char).set_sender(pilot.app))
-
-
 async def test_a_layouts_render_waits_for_a_key_that_came_meanwhile():
     async with held() as (pilot, screen, frames):
         screen.query_one("#log", Static).update("a line\nand another")  # something to draw
         await pilot.pause()
-        type_keys(pilot, "q")  # typed while a frame is being made
+        type_keys(pilot.app, *"q")  # typed while a frame is being made
         screen._refresh_layout()
         await until(pilot, lambda: frames.drew("q"))
         # Textual renders at the end of a layout, before the key: nothing is drawn inside it,
@@ -111,7 +95,7 @@ async def test_a_layouts_render_waits_for_a_key_that_came_meanwhile():
 async def test_a_key_is_drawn_before_the_next_frame_that_lays_out_something_else():
     async with held() as (pilot, screen, frames):
         screen.query_one("#log", Static).update("a line\nand another")  # asks for a layout
-        type_keys(pilot, "zq")
+        type_keys(pilot.app, *"zq")
         await until(pilot, lambda: frames.drew("zq"))
         assert screen.query_one(Prompt).text == "zq"
         assert ("layout", "start") not in frames.seen
@@ -121,7 +105,7 @@ async def test_a_key_waits_for_the_frame_when_a_pending_layout_may_move_its_fiel
     async with held() as (pilot, screen, frames):
         # A line above the prompt, in its own container: the prompt moves down a line.
         await screen.query_one("#bottom").mount(Label("note"), before=0)
-        type_keys(pilot, "zq")
+        type_keys(pilot.app, *"zq")
         await until(pilot, lambda: screen.query_one(Prompt).text == "zq")
         await pilot.pause(0.1)
         assert not frames.drew("zq"), "drawn where the prompt was before the layout moves it"

@@ -91,9 +91,8 @@ async def test_a_long_reply_streams_in_parts_that_look_like_one_markdown(monkeyp
         for chunk in chunks:
             await streamed.write(chunk)
             await pilot.pause(0.002)  # a few deltas a frame, as a model sends them
-        await pilot.pause(0.1)  # a few frames
+        await until(pilot, lambda: shown(streamed) == text)  # a loaded machine lags behind
         assert len(streamed.query(Markdown)) > 2  # sealed parts, and the live one
-        assert shown(streamed) == text
         await streamed.finish(text)
         await pilot.pause()
         assert streamed.text == shown(streamed) == text
@@ -130,6 +129,8 @@ async def test_a_reply_that_ends_before_its_last_deltas_are_shown_keeps_its_part
         for n in range(12):
             await view.write(f"Paragraph {n}.\n\n")
             await pilot.pause(0.05)
+        await until(pilot, lambda: shown(view) == view.text)  # every part made before counting,
+        await pilot.pause()  # its last seal's mount included
         count = len(view.query(Markdown))
         text = view.text + "The end, not streamed yet."
         await view.finish(text)

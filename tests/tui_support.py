@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.css.query import NoMatches
 
 from navi_desktop.daemon.client import DaemonClient
@@ -123,6 +124,26 @@ async def until(pilot: Any, condition: Callable[[], Any], timeout: float = 10.0)
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting for {condition}") from missing
         await pilot.pause(0.05)
+
+
+def record_frames(app: Any, on_frame: Callable[[str], None]) -> None:
+    """Hand ``on_frame`` the text of every frame ``app`` sends to the terminal. One drawn
+    inside a batch is not sent (Textual drops it), so it is not handed on either."""
+    display = app._display
+
+    def drawn(on: Any, update: Any) -> None:
+        if update is not None and not app._batch_count:
+            on_frame(update.render_segments(app.console))
+        display(on, update)
+
+    app._display = drawn
+
+
+def type_keys(app: Any, *keys: str) -> None:
+    """Keys as the terminal driver posts them: not Pilot.press, which waits for the app to
+    idle. A name of one character is typed as that character."""
+    for name in keys:
+        app.post_message(events.Key(name, name if len(name) == 1 else None).set_sender(app))
 
 
 def banner(app: Any) -> str:
