@@ -3,8 +3,10 @@ or reordered, and looking exactly like the same text shown whole."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Markdown
@@ -381,3 +383,32 @@ async def test_after_a_delta_that_added_lines_the_next_waits_longer(monkeypatch)
         await until(pilot, lambda: shown(view) == "Hello there again", timeout=1.5)
         await view.finish("Hello there again, and the end.")
         assert shown(view) == view.text == "Hello there again, and the end."
+
+
+async def test_a_finish_cut_off_still_ends_the_hold_on_full_collections():
+    """The app quitting (or a failure) in the middle of a reply's finish must not leave full
+    garbage collections held back for the rest of the app's life."""
+    view = MessageView("assistant")
+    async with Transcript(view).run_test(size=(80, 20)) as pilot:
+        await view.begin_stream()
+        await view.write("Hello.")
+        assert full_collections.streams == 1
+        finishing = asyncio.create_task(view.finish("Hello."))
+        await asyncio.sleep(0)  # it waits for the stream's last append
+        finishing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await finishing
+        assert full_collections.streams == 0
+        await pilot.pause()
+
+
+async def test_the_app_gone_gives_python_its_own_collections_back():
+    """A reply cut off before it released its hold (the app quit as it ended): once the app
+    stops, Python's thresholds are its own again, for whatever the process does next."""
+    threshold = gc.get_threshold()
+    full_collections.start()
+    full_collections.hold()
+    assert gc.get_threshold()[2] > 1_000_000
+    full_collections.stop()
+    assert gc.get_threshold() == threshold
+    assert full_collections.streams == 0

@@ -53,7 +53,10 @@ class FullCollections:
 
     def stop(self) -> None:
         """The app is gone: everything is Python's to collect again (a process, such as a test
-        run, may start another app)."""
+        run, may start another app), on Python's own schedule even if a reply was cut off
+        before it released its hold."""
+        self.streams = 0
+        self.settle()
         self.freezing = False
         self._freeze_next = False
         if self._idle_timer is not None:

@@ -229,7 +229,14 @@ class ReplyStream:
         full_collections.settle()
 
     async def finish(self, text: str) -> None:
-        """Stop, and show ``text`` (the reply as stored) for good."""
+        """Stop, and show ``text`` (the reply as stored) for good. The hold on full garbage
+        collections ends however this does: cut off (the app quits) or failing."""
+        try:
+            await self._finish(text)
+        finally:
+            self._release()
+
+    async def _finish(self, text: str) -> None:
         self._closing = True
         self._wake.set()
         if self._task is not None:
@@ -252,4 +259,3 @@ class ReplyStream:
         self.updates += 1
         if self.scroller is not None:
             fold_far(self.scroller)
-        self._release()
