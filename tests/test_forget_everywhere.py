@@ -175,6 +175,40 @@ def test_tombstones_refuse_a_tool_call_and_an_import(env, tmp_path):
     assert not [m for m in memories(environ) if SECRET in m["value"]]
 
 
+def test_the_preview_names_the_session_it_was_learned_in_and_how_to_delete_it(env):
+    """Through the running daemon: the CLI's preview names the conversation (its own words
+    stay), the command it gives works, and the preview after it still does."""
+    environ, _, _ = env
+    assert navi(environ, "daemon", "start").returncode == 0
+    session, _ = chat(environ, f"My locker code is {SECRET}.")
+    [fact] = memories(environ, "--kind", "fact")
+
+    def preview(*json_flag: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # stdin not a terminal: the preview only, nothing forgotten
+            [sys.executable, "-m", "navi_desktop", "memory", *json_flag, "forget", str(fact["id"])],
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    shown = preview()
+    assert shown.returncode == 2, shown.stderr
+    [line] = [line for line in shown.stdout.splitlines() if line.startswith("Learned in ")]
+    assert line.endswith(
+        f": other wordings of it there stay. Delete the session to remove them:"
+        f" navi sessions delete {session}"
+    )
+    [kept] = json.loads(preview("--json").stdout)["preview"]["kept_sessions"]
+    assert kept["id"] == session and kept["messages"] >= 2
+
+    deleted = navi(environ, *line.rsplit(": ", 1)[1].split()[1:])  # the command as shown
+    assert deleted.returncode == 0, deleted.stderr
+    after = json.loads(preview("--json").stdout)["preview"]
+    assert after["kept"] is None and after["kept_sessions"] == []
+
+
 # -- a reader holding the file ------------------------------------------------------------------
 
 # Another program: a process of its own (SQLite's locks are per process, so a connection in

@@ -3,8 +3,10 @@ user narrow it; a scrub that waited for another reader is announced when it comp
 
 from __future__ import annotations
 
-from textual.widgets import Static
+from textual.widgets import Button, Static
 
+from navi_desktop.tui.app import NaviApp
+from navi_desktop.tui.inspector.screen import InspectorScreen
 from tests.test_tui_inspector import highlight, inspector
 from tests.tui_support import Daemon, until
 
@@ -40,11 +42,46 @@ async def test_the_forget_dialog_shows_where_it_occurs_and_can_keep_other_mentio
         assert "Everywhere, it also goes from: 2 messages in 1 session;" in body
         assert "Only it and its evidence: 1 message in 1 session." in body
         assert "«Miso»" in body or "Miso»" in body
+        # what the user said there in other words stays, and the dialog says how to remove it
+        assert "other wordings of it there stay." in body
+        assert f"to remove them: navi sessions delete {sid}" in body
         await pilot.click("#choice-evidence")
         await until(pilot, lambda: cat["id"] not in screen.memory_list.memories)
     shown = await daemon.call("sessions.show", {"id": sid})
     said = [m["content"] for m in shown["messages"] if m["role"] == "user"]
     assert said == ["[forgotten].", "Miso broke a vase today."]  # the user chose the evidence
+
+
+async def test_at_80x24_the_learned_in_line_fits_with_the_buttons(daemon: Daemon) -> None:
+    """Two versions learned in two sessions, each named by a long first message: the dialog
+    stays on screen, its buttons visible, and the body scrolls to both commands."""
+    long = "So, about the cat we adopted last winter from the shelter down the road: "
+    first = await _said(daemon, long + "her name is Miso.")
+    second = await _said(daemon, long + "we renamed her Mochi.")
+    for name, sid in (("Miso", first), ("Mochi", second)):
+        cat = (
+            await daemon.call(
+                "memory.add", {"args": [name], "kwargs": {"key": "cat", "session_id": sid}}
+            )
+        )["memory"]
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await until(pilot, lambda: app.link.connected)
+        await pilot.press("f3")
+        await until(pilot, lambda: isinstance(app.screen, InspectorScreen))
+        screen = app.screen
+        assert isinstance(screen, InspectorScreen)
+        await highlight(pilot, screen, cat["id"])
+        await pilot.press("f")
+        await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
+        await pilot.pause(0.2)
+        body = str(app.screen.query_one(".body", Static).render())
+        assert f"navi sessions delete {second}; navi sessions delete {first}\n" in body
+        whole = app.screen.query_one("Vertical").region
+        assert whole.y >= 0 and whole.bottom <= 24 and whole.x >= 0 and whole.right <= 80
+        for button in app.screen.query(Button):
+            assert button.region.bottom <= 24 and button.region.right <= 80
+            assert button.region.height > 0
 
 
 async def test_a_completed_delayed_scrub_is_announced(daemon: Daemon) -> None:

@@ -28,10 +28,9 @@ from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.db import DbError
 from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.forget_kept import kept_after
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
-from navi_desktop.memory.scrub_plan import counted
-from navi_desktop.memory.sessions import FIRST_SAID
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
 if TYPE_CHECKING:
@@ -78,6 +77,8 @@ class ForgetPreview:
     samples: list[str]  # a few occurrences, the match in «»
     counts: dict[str, Any] = field(default_factory=dict)  # everywhere's, by place
     kept: str | None = None  # what a forget leaves that a person may think it takes, in words
+    # the sessions ``kept`` speaks of: id, title, messages (forget_kept.py)
+    kept_sessions: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _check_scope(scope: str) -> None:
@@ -101,6 +102,7 @@ def preview_of(
     everywhere: ScrubPlan,
     narrow: ScrubPlan,
     kept: str | None = None,
+    kept_sessions: list[dict[str, Any]] | None = None,
 ) -> ForgetPreview:
     """The preview from the plans of both scopes (``chain``: the memory, then its versions)."""
     row = chain[0]
@@ -119,6 +121,7 @@ def preview_of(
         samples=everywhere.samples,
         counts=asdict(everywhere.counts),
         kept=kept,
+        kept_sessions=kept_sessions or [],
     )
 
 
@@ -194,35 +197,8 @@ class ForgetCommon:
             wide, same = _needles(chain, "everywhere")
             everywhere = await self._plan_scrub(wide, ids, same, samples=5)
             narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-            kept = await self._summed_up(chain[0])
-        return preview_of(memory_id, chain, wide, everywhere, narrow, kept)
-
-    async def _summed_up(self: Store, row: Any) -> str | None:
-        """An episode's conversation, which forgetting the episode leaves: its words are the
-        model's own, so they match nothing there, yet the conversation says what it did."""
-        if row["kind"] != "episode" or not row["session_id"]:
-            return None
-        found = await self.db.fetchone(
-            f"SELECT title, {FIRST_SAID},"
-            " (SELECT count(*) FROM messages c WHERE c.session_id = sessions.id)"
-            " FROM sessions WHERE id = ?",
-            (row["session_id"],),
-        )
-        if found is None or not found[2]:  # deleted, or emptied
-            return None
-        title, first, count = found
-        if title:
-            named = f"\u201c{title}\u201d"
-        elif first:  # named as the sessions list names it: by what the user said first
-            start = " ".join(first.split())
-            cut = start[:60].rstrip() + "…" * (len(start) > 60)
-            named = f"the session that starts \u201c{cut}\u201d"
-        else:
-            named = "an untitled session"
-        return (
-            f"The conversation it sums up stays: {named}, {counted(count, 'message', 'messages')}."
-            " Delete that session to remove it too."
-        )
+            kept, sessions = await kept_after(self.db, chain)
+        return preview_of(memory_id, chain, wide, everywhere, narrow, kept, sessions)
 
     # -- tombstones ----------------------------------------------------------------------------
 

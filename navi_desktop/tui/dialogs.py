@@ -112,7 +112,8 @@ def forget_body(label: str, preview: dict) -> str:
     if preview.get("broad") and everywhere:
         lines.append(f"Careful: {preview['broad']}; unrelated text with that word goes too.")
     if preview.get("kept"):
-        lines.append(_clip(preview["kept"], 300))  # a title may hold line breaks
+        # one line (a title may hold line breaks); long enough for three sessions' commands
+        lines.append(_clip(preview["kept"], 600))
     lines.append(f"Matched as {preview['rule']}.")
     lines.append("It will not be learned again.")
     return escape("\n".join(lines))  # the user's text is shown as written, never as markup
