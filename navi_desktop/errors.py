@@ -42,6 +42,10 @@ class ProfileUnreadable(ProfileError):
     """No permission, or not a regular file (a folder at the file's path)."""
 
 
+class ProfileMoved(ProfileError):
+    """The file was moved, deleted or replaced by another program while Navi had it open."""
+
+
 class ProfileTooNew(ProfileError):
     """Written by a newer Navi, with a schema this version does not know."""
 

@@ -84,7 +84,7 @@ def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
     fake, environ, home = env
     start_daemon(environ)
     again = navi(environ, "daemon", "run", timeout=20)
-    assert again.returncode == 2 and "already running" in again.stderr
+    assert again.returncode == 75 and "already running" in again.stderr  # EX_TEMPFAIL
     navi(environ, "chat", "warm up")  # creates the profile file
     db = home / "data" / "profiles" / "tester" / "memory.db"
     time.sleep(0.2)

@@ -116,12 +116,12 @@ def cmd_daemon_run(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon_start(args: argparse.Namespace) -> int:
-    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
-    from navi_desktop.daemon.main import socket_path, start_background
+    from navi_desktop.daemon.client import DaemonUnavailable
+    from navi_desktop.daemon.main import call_when_back, socket_path, start_background
 
     paths = _paths()
     try:
-        status = call_sync(socket_path(paths), "daemon.status", {}, timeout=5.0)
+        status = call_when_back(paths, "daemon.status", {}, timeout=5.0)
         print(f"already running (pid {status['pid']})")
         return 0
     except DaemonUnavailable:
@@ -134,11 +134,11 @@ def cmd_daemon_stop(args: argparse.Namespace) -> int:
     import time
 
     from navi_desktop.daemon.client import DaemonUnavailable, call_sync
-    from navi_desktop.daemon.main import socket_path
+    from navi_desktop.daemon.main import call_when_back, socket_path
 
     sock = socket_path(_paths())
     try:
-        call_sync(sock, "daemon.stop", {}, timeout=5.0)
+        call_when_back(_paths(), "daemon.stop", {}, timeout=5.0)
     except DaemonUnavailable:
         print("not running")
         return 0
@@ -155,12 +155,12 @@ def cmd_daemon_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon_status(args: argparse.Namespace) -> int:
-    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
-    from navi_desktop.daemon.main import socket_path
+    from navi_desktop.daemon.client import DaemonUnavailable
+    from navi_desktop.daemon.main import call_when_back, socket_path
 
     sock = socket_path(_paths())
     try:
-        status = call_sync(sock, "daemon.status", {}, timeout=15.0)
+        status = call_when_back(_paths(), "daemon.status", {}, timeout=15.0)
     except DaemonUnavailable:
         if args.json:
             emit_json({"running": False, "socket": str(sock)})

@@ -4,7 +4,7 @@ is replaced; SIGTERM, SIGINT and ``daemon.stop`` end every open session before e
 from __future__ import annotations
 
 import asyncio
-import fcntl
+import faulthandler
 import logging
 import os
 import signal
@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import InvalidInput, NaviError
+from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, keep_place
+from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths, ensure_own_dir
 
 if TYPE_CHECKING:
@@ -25,10 +26,7 @@ log = logging.getLogger("navi.daemon")
 MAINTENANCE_EVERY_S = 6 * 3600
 OLLAMA_CHECK_S = 30.0
 RETRY_CHECK_S = 60.0
-
-
-class DaemonRunning(InvalidInput):
-    """A second daemon for the same user was asked to start."""
+ALREADY_RUNNING = 75  # the exit status of a daemon refused by the lock (EX_TEMPFAIL)
 
 
 def socket_path(paths: Paths) -> Path:
@@ -39,26 +37,45 @@ def lock_path(paths: Paths) -> Path:
     return paths.runtime / "daemon.lock"
 
 
+def lock_holder(paths: Paths) -> int | None:
+    """The pid written in the lock file when that process is alive (None: no daemon, as far
+    as a client can tell without taking the lock)."""
+    try:
+        fd = os.open(lock_path(paths), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    if not text.isdigit():
+        return None
+    try:
+        os.kill(int(text), 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's: not a daemon of ours
+        return None
+    return int(text)
+
+
+def call_when_back(paths: Paths, method: str, params: dict[str, Any], timeout: float) -> Any:
+    """``call_sync`` to the daemon. One that runs but whose socket was removed listens again
+    within a second (place.py): it is waited for, not reported as not running."""
+    from navi_desktop.daemon.client import DaemonUnavailable, call_sync
+
+    deadline = time.monotonic() + 2 * PLACE_CHECK_S
+    while True:
+        try:
+            return call_sync(socket_path(paths), method, params, timeout=timeout)
+        except DaemonUnavailable:
+            if time.monotonic() > deadline or lock_holder(paths) is None:
+                raise
+            time.sleep(0.1)
+
+
 def log_path(paths: Paths) -> Path:
     return paths.state / "daemon.log"
-
-
-def _take_lock(paths: Paths) -> int:
-    from navi_desktop.daemon.files import open_private_file
-
-    ensure_own_dir(paths.runtime, "run folder")
-    fd = open_private_file(lock_path(paths), os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise DaemonRunning(
-            f"a Navi daemon is already running (pid {holder}); stop it with `navi daemon stop`"
-        ) from None
-    os.ftruncate(fd, 0)
-    os.write(fd, str(os.getpid()).encode())
-    return fd
 
 
 async def serve(
@@ -73,7 +90,7 @@ async def serve(
     from navi_desktop.daemon.rpc import RpcServer
     from navi_desktop.daemon.service import Service
 
-    lock = _take_lock(paths)
+    lock = Lock(lock_path(paths))
     config_file = paths.config_file
     settings, errors = load_settings(config_file)
     for error in errors:
@@ -140,6 +157,7 @@ async def serve(
     await service.recover()
     maintenance = asyncio.ensure_future(_maintain(service))
     monitor = asyncio.ensure_future(_watch_ollama(service, server.broadcast))
+    place = asyncio.ensure_future(keep_place(lock, server, stop))
     log.info("navi daemon %d listening on %s", os.getpid(), sock)
     if ready is not None:
         ready.set()
@@ -149,10 +167,11 @@ async def serve(
         log.info("stopping: ending open sessions")
         maintenance.cancel()
         monitor.cancel()
+        place.cancel()
         await watcher.stop()
         await service.shutdown()
         await server.stop()  # removes the socket if it is still the one it bound
-        os.close(lock)
+        lock.release()
 
 
 async def _watch_ollama(service: Any, broadcast: Any, every_s: float = OLLAMA_CHECK_S) -> None:
@@ -203,6 +222,9 @@ def run_foreground(paths: Paths) -> int:
     """The daemon process itself (``navi daemon run``): SIGTERM and SIGINT stop it cleanly."""
     ensure_own_dir(paths.state, "state folder")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    # A crash in C code (a signal, not an exception) leaves its cause and where it happened
+    # in the log (the daemon's stderr), not a silent disappearance.
+    faulthandler.enable()
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -211,7 +233,11 @@ def run_foreground(paths: Paths) -> int:
             loop.add_signal_handler(sig, stop.set)
         await serve(paths, stop=stop)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except DaemonRunning as exc:  # said apart, for a client starting one (start_background)
+        print(f"navi: {exc}", file=sys.stderr)
+        return ALREADY_RUNNING
     return 0
 
 
@@ -261,7 +287,9 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
         os.close(fd)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
+        # Refused by the lock: one runs, whose socket was removed; it listens again within
+        # a second (place.py), so the ping below goes on until the deadline.
+        if proc.poll() is not None and proc.returncode != ALREADY_RUNNING:
             why = _last_error(log_file, start)
             raise NaviError(
                 f"the daemon could not start: {why}"
@@ -270,9 +298,11 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
             )
         try:
             call_sync(socket_path(paths), "rpc.ping", {}, timeout=1.0)
-            return proc.pid
+            return proc.pid if proc.poll() is None else (lock_holder(paths) or proc.pid)
         except DaemonUnavailable:
             time.sleep(0.05)
+    if proc.poll() == ALREADY_RUNNING:  # and it never listened again
+        raise NaviError(f"the daemon could not start: {_last_error(log_file, start)}")
     raise NaviError(f"the daemon did not answer within {timeout:.0f} s; see {log_file}")
 
 

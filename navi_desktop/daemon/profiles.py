@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.daemon.method_params import ProfileParams
 from navi_desktop.daemon.params import takes, text
 from navi_desktop.errors import InvalidInput, NaviError, ProfileError
+from navi_desktop.memory.failures import moved
+from navi_desktop.memory.filecheck import identity, wal_path
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service
@@ -110,6 +112,46 @@ async def restore(service: Service, profile: str, backup: Path) -> dict[str, Any
     if "error" in outcome:
         raise outcome["error"]
     return outcome["done"].to_dict()
+
+
+def replace_moved(service: Service, profile: str) -> None:
+    """Another program moved, deleted or replaced an open profile's file. The old one is
+    closed first: until then its log and index files lie beside the path, and a file opened
+    there would read them as its own. Then the file now at the path is opened (``store()``
+    waits for it); with none there, the profile's error says where its file went, until a
+    file is put back (or the daemon restarts, and starts an empty one)."""
+    from navi_desktop.memory.store import MemoryStore
+
+    old = service._stores.pop(profile)
+    for key in [k for k in service._timers if k[0] == profile]:
+        service._timers.pop(key).cancel()  # those sessions are in the old file
+    path = service.paths.profile_db(profile)
+
+    async def reopen() -> MemoryStore:
+        try:
+            await old.close()  # waits for a write under way; later ones are refused
+        except Exception as exc:
+            log.warning("closing %s after it was moved: %s", path, exc)
+        _set_aside_log(path)
+        if identity(path) is None:
+            raise moved(path, replaced=False)
+        return await MemoryStore.open(path, embedder=service._embedder())
+
+    service._opening[profile] = asyncio.ensure_future(reopen())
+    service._spawn(
+        service.broadcast("memory", "memory.changed", {"profile": profile, "method": "moved"})
+    )
+
+
+def _set_aside_log(path: Path) -> None:
+    """The closed file's log is emptied on close; one left with frames (that close failed)
+    is the moved file's, and the file now at the path would read it as its own."""
+    wal = wal_path(path)
+    with contextlib.suppress(OSError):
+        if os.stat(wal).st_size > 0:
+            aside = wal.with_name(f"{wal.name}.of-moved-file")
+            os.replace(wal, aside)
+            log.warning("the log of the moved %s was set aside as %s", path, aside)
 
 
 # -- RPC ---------------------------------------------------------------------------------------

@@ -184,6 +184,30 @@ class RpcServer(Dispatcher):
         self._sweeper = asyncio.get_running_loop().create_task(self._close_idle())
         log.info("listening on %s", path)
 
+    async def listen_again_if_lost(self) -> bool:
+        """Listen at the path again when another program removed or replaced the socket
+        file there (connections already open go on); True when it did. Raises what start()
+        raises when the path is taken: another daemon's socket, a file planted there."""
+        if self._server is None or self._stopping or self._socket_id is None:
+            return False
+        try:
+            st = os.lstat(self.socket_path)
+            if (st.st_dev, st.st_ino) == self._socket_id:
+                return False
+        except FileNotFoundError:
+            pass
+        old, self._server, self._socket_id = self._server, None, None  # not ours to remove
+        old.close()  # stops accepting; the connections it made are the daemon's own
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        try:
+            await self.start()
+        except BaseException:
+            self._server = old  # closed: stop() still ends its connections
+            raise
+        return True
+
     async def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:

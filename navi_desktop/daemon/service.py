@@ -81,6 +81,9 @@ class Service(ChatMethods, SessionMethods):
     async def store(self, profile: str) -> MemoryStore:
         """The profile's store, opened once: concurrent first uses share one open (a second
         connection would be left behind, and its thread keeps the process from exiting)."""
+        open_store = self._stores.get(profile)
+        if isinstance(open_store, MemoryStore) and open_store.db.moved_away():
+            profiles.replace_moved(self, profile)  # another program moved its file
         if profile not in self._stores:
             if on_server(self.settings.memory):  # opened on first use, survives outages
                 self._stores[profile] = self.remote.store(profile)  # type: ignore[assignment]

@@ -6,25 +6,24 @@ import asyncio
 import contextlib
 import logging
 import os
-import queue
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 import sqlean
-import sqlite_vec
 
-from navi_desktop.errors import NotFound
-from navi_desktop.memory.failures import damaged, os_failure, translate
+from navi_desktop.errors import NaviError, NotFound, ProfileMoved
+from navi_desktop.memory.connections import ReadPool, connect, open_connection
+from navi_desktop.memory.failures import moved, os_failure, translate
 from navi_desktop.memory.filecheck import (
     APPLICATION_ID,
     SQLITE_HEADER,
     SchemaCheck,
     check_file,
+    identity,
     probe,
 )
 from navi_desktop.paths import ensure_private_dir
@@ -33,36 +32,7 @@ __all__ = ["APPLICATION_ID", "SQLITE_HEADER", "Database", "DbError", "ReadPool"]
 
 DbError = sqlean.Error
 log = logging.getLogger(__name__)
-# The read connections map the whole file (SQLite maps no more than the file's size). At 1M
-# memories (2 GB) a 1 GB map left half of a search's page reads to read() calls: reading
-# 1,000 vectors took ~9 ms against ~7 ms with all of it mapped.
-MMAP_BYTES = 1 << 40
 T = TypeVar("T")
-
-
-def _connector(path: Path, *, opening: bool = False) -> sqlean.Connection:
-    conn = sqlean.connect(str(path), isolation_level=None, check_same_thread=False)
-    try:
-        conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
-        conn.enable_load_extension(False)
-        conn.row_factory = sqlean.Row
-        conn.execute("PRAGMA busy_timeout = 5000")
-        conn.execute("PRAGMA foreign_keys = ON")
-        # Deleted content is overwritten with zeros: forgetting must not leave the text behind.
-        conn.execute("PRAGMA secure_delete = ON")
-        conn.execute("PRAGMA temp_store = MEMORY")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise damaged(path, f"cannot switch to WAL mode (got {mode})")
-        conn.execute("PRAGMA synchronous = NORMAL")
-    except sqlean.Error as exc:
-        conn.close()
-        raise (translate(exc, path, opening=opening) or damaged(path, str(exc))) from exc
-    except BaseException:
-        conn.close()
-        raise
-    return conn
 
 
 class Database:
@@ -92,6 +62,9 @@ class Database:
         self._changes_at_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
         self._readers = ReadPool(path)
+        # The file this connection has open; see verify().
+        self._identity = identity(path)
+        self._gone: ProfileMoved | None = None
         # Commits made through this connection: none means read-only use (incognito).
         self.commits = 0
         # Set by the daemon: how many daily backups to keep (0: none); see backup.py.
@@ -124,11 +97,37 @@ class Database:
             path.chmod(0o600)
         # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
         # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
-        opened = await asyncio.to_thread(_connector, path, opening=True)
+        opened = await asyncio.to_thread(open_connection, path, opening=True)
         conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
         return cls(conn, path)
+
+    def verify(self) -> None:
+        """Raise ``ProfileMoved`` once the file at the path is not the one open here (another
+        program moved, deleted or replaced it). Writing on would put saves where nobody looks
+        (into a deleted file), and a connection opened by name would read the new file
+        through the old one's log. A stat call: cheap enough for every statement."""
+        if self._gone is None:
+            try:
+                now = identity(self.path)
+            except OSError as exc:
+                raise os_failure(exc, self.path) from exc
+            if now == self._identity:
+                return
+            self._gone = moved(self.path, replaced=now is not None)
+            log.warning("%s", self._gone)
+        raise ProfileMoved(str(self._gone))  # a new instance: tracebacks do not pile up
+
+    def moved_away(self) -> bool:
+        """Whether verify() would raise (the daemon then closes this and opens the path)."""
+        try:
+            self.verify()
+        except ProfileMoved:
+            return True
+        except NaviError:
+            return False
+        return False
 
     async def analyze(self) -> None:
         """Planner statistics for tables that have none or have grown, as SQLite advises for
@@ -149,6 +148,7 @@ class Database:
 
     async def read(self, work: Callable[[sqlean.Connection], T]) -> T:
         """Run ``work(connection)`` on a read-only connection in a worker thread; see ReadPool."""
+        self.verify()
         try:
             return await self._readers.run(work)
         except DbError as exc:
@@ -174,7 +174,7 @@ class Database:
         something was written through this connection, and none was made in the last day.
         Never raises: a backup that cannot be made is logged and tried again later."""
         keep = self.backups() if self.backups is not None else 0
-        if keep <= 0 or self.commits == 0:
+        if keep <= 0 or self.commits == 0 or self.moved_away():
             return None
         from navi_desktop.memory.backup import take_daily
 
@@ -185,7 +185,12 @@ class Database:
             return None
 
     def _checkpoint_now(self) -> None:
-        conn = sqlean.connect(str(self.path), isolation_level=None)
+        if self.moved_away():
+            return
+        try:
+            conn = connect(self.path)
+        except sqlean.Error:
+            return  # the next checkpoint or close() catches up
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             wal = Path(f"{self.path}-wal")
@@ -214,6 +219,7 @@ class Database:
     async def transaction(self) -> AsyncIterator[Database]:
         """BEGIN IMMEDIATE … COMMIT; any exception rolls the whole batch back."""
         async with self.lock:
+            self.verify()
             try:
                 await self.conn.execute("BEGIN IMMEDIATE")
             except DbError as exc:
@@ -244,10 +250,13 @@ class Database:
     async def reading(self) -> AsyncIterator[Database]:
         """Serialise reads with writes on the single connection."""
         async with self.lock:
+            self.verify()
             yield self
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement; returns the rows it touched (an id: INSERT ... RETURNING id)."""
+        if not self._in_tx:
+            self.verify()
         try:
             cur = await self.conn.execute(sql, params)
         except DbError as exc:
@@ -260,6 +269,8 @@ class Database:
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        if not self._in_tx:
+            self.verify()
         try:
             await self.conn.executemany(sql, rows)
         except DbError as exc:
@@ -277,6 +288,8 @@ class Database:
         return results  # type: ignore[return-value]
 
     async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
+        if not self._in_tx:
+            self.verify()
         try:
             return list(await self.conn.execute_fetchall(sql, params))
         except DbError as exc:
@@ -289,55 +302,3 @@ class Database:
     async def scalar(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> Any:
         row = await self.fetchone(sql, params)
         return None if row is None else row[0]
-
-
-class ReadPool:
-    """Read-only connections, each used by one worker thread at a time.
-
-    A search runs its signals here side by side. As chains of awaits on the event loop they
-    barely overlapped: each step of one waited while another held the loop with numpy work.
-    A plain function per signal runs its queries back to back, and SQLite and numpy release
-    the GIL while they work. WAL lets these connections read while the main one writes.
-    """
-
-    # One per search signal, but no more than the cores: on two, a third thread made each
-    # signal wait longer than it saved.
-    SIZE = max(1, min(3, os.cpu_count() or 1))
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._idle: queue.SimpleQueue[sqlean.Connection] = queue.SimpleQueue()
-        self._opened: list[sqlean.Connection] = []
-        self._threads: ThreadPoolExecutor | None = None
-
-    async def run(self, work: Callable[[sqlean.Connection], T]) -> T:
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(self.SIZE, thread_name_prefix="navi-read")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads, self._with_connection, work)
-
-    def _with_connection(self, work: Callable[[sqlean.Connection], T]) -> T:
-        try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:  # at most SIZE: there are that many threads
-            conn = _connector(self.path)
-            conn.execute("PRAGMA query_only = 1")
-            # Pages are read through a memory map, not a read() call each: searches on a
-            # large profile were ~15% faster. Shared with the OS page cache, not our heap.
-            # (Not on the writing connection: saves were no faster, and their tail longer.)
-            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
-            self._opened.append(conn)
-        try:
-            return work(conn)
-        finally:
-            self._idle.put(conn)
-
-    def close(self) -> None:
-        """Wait for running work, then close every connection (blocking: call in a thread)."""
-        if self._threads is not None:
-            self._threads.shutdown(wait=True)
-            self._threads = None
-        for conn in self._opened:
-            conn.close()
-        self._opened.clear()
-        self._idle = queue.SimpleQueue()

@@ -17,6 +17,7 @@ from navi_desktop.errors import (
     DiskFull,
     NaviError,
     ProfileDamaged,
+    ProfileMoved,
     ProfileUnreadable,
 )
 
@@ -80,6 +81,21 @@ def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
     )
     error.cause = free
     return error
+
+
+def moved(path: Path, *, replaced: bool) -> ProfileMoved:
+    """The file open at ``path`` is no longer the one there (see Database.verify)."""
+    if replaced:
+        return ProfileMoved(
+            f"{path} was replaced by another file while Navi had it open; Navi stopped using"
+            " the old one and wrote nothing of it into the new one: try again, and Navi opens"
+            " the new file"
+        )
+    return ProfileMoved(
+        f"{path} was moved or deleted by another program while Navi had it open; what Navi"
+        f" saved went with it: put the file back at {path} and Navi opens it again, or stop"
+        " the daemon (`navi daemon stop`) to start with an empty memory"
+    )
 
 
 def unreadable(path: Path, reason: str) -> ProfileUnreadable:

@@ -30,6 +30,20 @@ def wal_path(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
 
 
+def file_uri(path: Path) -> str:
+    return "file:" + urllib.parse.quote(str(Path(path).absolute()))
+
+
+def identity(path: Path) -> tuple[int, int] | None:
+    """Which file is at ``path`` (device, inode; a link is its own file, never followed);
+    None when nothing is. Other OS errors (a folder made unreadable) are raised."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def check_file(path: Path) -> int:
     """Refuse a file that exists but is not a whole SQLite file we may read and write; returns
     its size (0: absent or empty, a new memory). Reads at most its first 100 bytes."""
@@ -91,7 +105,7 @@ def _looks_like(head: bytes) -> str:
 def read_only(path: Path, *, check_same_thread: bool = True) -> sqlean.Connection:
     """A connection that cannot write ``path`` nor create anything beside it: immutable when no
     WAL exists (nothing else has the file open in WAL mode), else read-only through the WAL."""
-    uri = "file:" + urllib.parse.quote(str(Path(path).absolute()))
+    uri = file_uri(path)
     mode = "mode=ro" if wal_path(path).exists() else "mode=ro&immutable=1"
     conn = sqlean.connect(
         f"{uri}?{mode}", uri=True, isolation_level=None, check_same_thread=check_same_thread

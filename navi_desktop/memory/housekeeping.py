@@ -55,6 +55,7 @@ class HousekeepingOps:
 
         before = size()
         async with self.db.lock:
+            self.db.verify()
             try:
                 await self.db.conn.execute("VACUUM")
                 await self.db.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

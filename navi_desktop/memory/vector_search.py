@@ -11,7 +11,7 @@ import numpy as np
 import sqlean
 
 from navi_desktop.memory import hamming
-from navi_desktop.memory.db import ReadPool
+from navi_desktop.memory.connections import ReadPool
 from navi_desktop.memory.search_filters import Filters, Target
 from navi_desktop.memory.vectors import Codes, Scanned, cosines, sign_bits
 
