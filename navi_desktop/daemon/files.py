@@ -114,3 +114,31 @@ def clear_socket_path(path: Path) -> None:
     finally:
         probe.close()
     raise NaviError(f"another daemon is already listening on {path}")
+
+
+LOG_MAX_BYTES = 4 << 20  # then the log's lines move to ``<log>.1``, replacing the older ones
+
+
+def trim_log(path: Path) -> bool:
+    """Keep the daemon's log under LOG_MAX_BYTES: past it, its lines are copied to
+    ``<log>.1`` (private, replacing the previous copy) and the log is emptied in place, as
+    the daemon appends to it through an inherited descriptor. Unbounded, it grew by every
+    request for years, and each forget reads every log file whole to redact it. True when
+    it trimmed."""
+    try:
+        if os.stat(path, follow_symlinks=False).st_size <= LOG_MAX_BYTES:
+            return False
+        src = open_private_file(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        dst = open_private_file(path.with_name(path.name + ".1"), os.O_WRONLY | os.O_TRUNC)
+        try:
+            while chunk := os.read(src, 1 << 20):
+                os.write(dst, chunk)
+        finally:
+            os.close(dst)
+        os.ftruncate(src, 0)  # appends go on at the new end (O_APPEND)
+    finally:
+        os.close(src)
+    return True

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.daemon.files import trim_log
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, keep_place
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths, ensure_own_dir
@@ -196,6 +197,10 @@ async def _maintain(service: Any) -> None:
     while True:
         await asyncio.sleep(RETRY_CHECK_S)
         try:
+            trim_log(log_path(service.paths))
+        except (NaviError, OSError) as exc:  # a file planted at <log>.1: said, and left
+            log.warning("the log was not trimmed: %s", exc)
+        try:
             await service.retry_due()  # failed session ends, on their backoff schedule
         except Exception:
             log.exception("retrying pending sessions failed")
@@ -225,6 +230,8 @@ def run_foreground(paths: Paths) -> int:
     # A crash in C code (a signal, not an exception) leaves its cause and where it happened
     # in the log (the daemon's stderr), not a silent disappearance.
     faulthandler.enable()
+    # A line per HTTP request to Ollama: most of the log, none of it news (errors are ours).
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -272,6 +279,7 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
     ensure_own_dir(paths.state, "state folder")
     ensure_own_dir(paths.runtime, "run folder")
     log_file = log_path(paths)
+    trim_log(log_file)
     fd = open_private_file(log_file, os.O_WRONLY | os.O_APPEND)
     try:
         start = os.fstat(fd).st_size
