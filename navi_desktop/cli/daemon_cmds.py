@@ -38,7 +38,12 @@ def register(commands: Any) -> None:
         description="Send one message; the reply streams to stdout and the"
         " session id goes to stderr.",
     )
-    p.add_argument("message", metavar="MESSAGE", nargs="?")
+    p.add_argument(
+        "message",
+        metavar="MESSAGE",
+        nargs="?",
+        help="what to say; left out (or -), it is read from standard input when that is piped",
+    )
     p.add_argument("--session", metavar="ID", help="continue this session")
     p.add_argument(
         "--rate",
@@ -206,6 +211,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.reply is not None or args.note is not None:
         error("--reply and --note go with --rate up|down")
         return 2
+    if args.message in (None, "-") and not sys.stdin.isatty():  # echo hi | navi chat
+        args.message = _read_stdin()
+        if args.message is None:
+            return 2
     if not (args.message or "").strip():
         error('nothing to send: the message is empty; write it in quotes, as in navi chat "hello"')
         return 2
@@ -250,6 +259,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
     return 0
+
+
+def _read_stdin() -> str | None:
+    """The message piped in, or None when it cannot be sent (said in one line): read no
+    further than the longest message the daemon takes."""
+    from navi_desktop.daemon.method_params import MAX_CHAT_TEXT
+
+    data = sys.stdin.buffer.read(4 * MAX_CHAT_TEXT + 4)  # UTF-8: at most 4 bytes a character
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        error(f"the message on standard input is not UTF-8 text (byte {exc.start}); send text")
+        return None
+    if len(text) > MAX_CHAT_TEXT or (len(data) > 4 * MAX_CHAT_TEXT):
+        error(
+            f"the message on standard input is over {MAX_CHAT_TEXT:,} characters; send a"
+            " shorter one"
+        )
+        return None
+    return text
 
 
 def _rate(args: argparse.Namespace) -> int:
