@@ -483,3 +483,41 @@ async def test_using_a_memory_in_a_reply_is_no_news_to_the_other_machine(pg_dsn)
             assert heard == [fact.id, edited.id, marker.id]
         finally:
             await feed.close()
+
+
+async def test_a_delete_or_forget_after_an_outage_is_not_undone_by_the_outbox(
+    tmp_path, pg_dsn, proxy
+):
+    """What the outbox kept reaches the server before a delete or a forget runs there: sent
+    after, it brought a deleted session back, and a forgotten value with it."""
+    name = profile_name()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, proxy.dsn, name, [])
+        handlers = service.handlers()
+        try:
+            kept = await service.chat_send({"text": "my diary starts here"}, Peer())
+            doomed = await service.chat_send({"text": "a chat I will delete"}, Peer())
+            added = await handlers["memory.add"]({"args": ["I moved to Lisbon"]}, Peer())
+            await proxy.down()
+            for sid, text in [
+                (doomed["session_id"], "my locker code is 4711"),
+                (kept["session_id"], "I moved to Lisbon, and today was sunny"),
+            ]:
+                await service.chat_send({"text": text, "session_id": sid}, Peer())
+            assert next(tmp_path.rglob("outbox.db")).exists()
+            await proxy.up()
+
+            await service.sessions_delete({"id": doomed["session_id"]}, Peer())
+            forget = {"args": [added["memory"]["id"]], "kwargs": {"scope": "everywhere"}}
+            await handlers["memory.forget"](forget, Peer())
+            await service.retry_due()
+            assert not list(tmp_path.rglob("outbox.db"))
+        finally:
+            await service.shutdown(budget_s=5)
+
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        sessions = {s.id for s in await check.list_sessions()}
+        assert doomed["session_id"] not in sessions and kept["session_id"] in sessions
+        said = [m.content for m in await check.messages(kept["session_id"])]
+    assert "my diary starts here" in said
+    assert not any("moved to Lisbon" in text or "4711" in text for text in said), said

@@ -113,6 +113,10 @@ class BufferedStore:
             return attr
 
         async def call(*args: Any, **kwargs: Any) -> Any:
+            # What the outbox kept goes first: sent after a delete or a forget, it brought
+            # the session back, or the forgotten words. (A look at a file when it is empty.)
+            if not await self._flushed():
+                raise StorageUnavailable(self.away or "memory server not answering")
             return await self._call(name, *args, **kwargs)
 
         return call
