@@ -29,7 +29,7 @@ def said(h: Home, done: subprocess.CompletedProcess[bytes]) -> str:
 
 def test_a_piped_message_is_sent_and_bad_input_gets_one_line() -> None:
     with navi_home() as h:
-        sent = chat(h, "what is on my list today?\nand tomorrow?\n".encode())
+        sent = chat(h, b"what is on my list today?\nand tomorrow?\n")
         assert said(h, sent) == "what is on my list today?\nand tomorrow?"
         assert said(h, chat(h, b"from a dash\n", "-")) == "from a dash"
 
