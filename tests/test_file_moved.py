@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlean
 
 from navi_desktop.daemon.client import RemoteCorruptDatabase
+from navi_desktop.memory.db import Database
 from navi_desktop.memory.store import MemoryStore
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
@@ -171,3 +173,32 @@ def test_helper_connections_never_create_the_file(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="unable to open"):
         connect(missing)
     assert not missing.exists()
+
+
+async def test_a_log_the_old_file_left_behind_is_not_read_into_the_replacement(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    other = tmp_path / "from-a-backup.db"
+    await make_profile(other, "I keep goats")
+    async with running(tmp_path, "I keep bees") as (db, daemon):
+        await daemon.call("memory.add", mem("my locker code is 4711"))  # in the old log
+        closes = Database.close
+
+        async def close_failing(self: Database) -> None:  # as on an I/O error: log kept
+            if self.path == db and self.moved_away():
+                self._readers.close()
+                await self.conn.close()  # a connection that is not the last checkpoints not
+                return
+            await closes(self)
+
+        keep = sqlean.connect(str(db))  # another reader: SQLite's close leaves the log
+        monkeypatch.setattr(Database, "close", close_failing)
+        os.replace(other, db)
+        assert await values(daemon) == {"I keep goats"}
+        keep.close()
+    async with await MemoryStore.open(db) as store:
+        assert await store.db.scalar("PRAGMA integrity_check") == "ok"
+    leftovers = [p.name for p in db.parent.iterdir() if p.name.startswith("memory.db")]
+    assert sorted(leftovers) == ["memory.db"]
+    assert b"4711" not in db.read_bytes()
+    assert "the log of the file that was moved" in caplog.text

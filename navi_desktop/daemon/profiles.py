@@ -132,7 +132,7 @@ def replace_moved(service: Service, profile: str) -> None:
             await old.close()  # waits for a write under way; later ones are refused
         except Exception as exc:
             log.warning("closing %s after it was moved: %s", path, exc)
-        _set_aside_log(path)
+        _drop_stale_log(path)
         if identity(path) is None:
             raise moved(path, replaced=False)
         return await MemoryStore.open(path, embedder=service._embedder())
@@ -143,15 +143,16 @@ def replace_moved(service: Service, profile: str) -> None:
     )
 
 
-def _set_aside_log(path: Path) -> None:
-    """The closed file's log is emptied on close; one left with frames (that close failed)
-    is the moved file's, and the file now at the path would read it as its own."""
+def _drop_stale_log(path: Path) -> None:
+    """The closed file's log is emptied on close. One left with frames (that close failed)
+    belongs to the file that went: the file now at the path would read it as its own, and a
+    copy kept aside would hold text that no forget reaches. It is removed."""
     wal = wal_path(path)
     with contextlib.suppress(OSError):
-        if os.stat(wal).st_size > 0:
-            aside = wal.with_name(f"{wal.name}.of-moved-file")
-            os.replace(wal, aside)
-            log.warning("the log of the moved %s was set aside as %s", path, aside)
+        size = os.stat(wal).st_size
+        if size > 0:
+            wal.unlink()
+            log.warning("removed %s (%d bytes): the log of the file that was moved", wal, size)
 
 
 # -- RPC ---------------------------------------------------------------------------------------
