@@ -7,6 +7,9 @@ added a second "Quit" and "Keys"; neither said which keys are Navi's.
 
 from __future__ import annotations
 
+import itertools
+import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +23,8 @@ from textual.containers import Vertical, VerticalScroll
 from textual.dom import DOMNode
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Label, Static
+
+from navi_desktop.fileio import write_private_atomic
 
 TEXT_KEYS = (
     "In text fields: the usual editing keys (arrows, Home/End, Ctrl+W deletes a word, "
@@ -136,7 +141,8 @@ class KeysScreen(ModalScreen[None]):
 
 def save_screenshot(app: App[Any]) -> Path:
     """An SVG of the screen in the downloads folder (made when missing; the home folder when
-    it cannot be); returns where it went."""
+    it cannot be); returns where it went. Private (0600), like an export: it shows what the
+    user said and what Navi remembers, and a downloads folder is often readable by others."""
     import platformdirs
 
     folder = Path(platformdirs.user_downloads_dir())
@@ -144,4 +150,11 @@ def save_screenshot(app: App[Any]) -> Path:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError:
         folder = Path.home()
-    return Path(app.save_screenshot(path=str(folder)))
+    stamp = time.strftime("%Y-%m-%d %H-%M-%S")
+    path = folder / f"Navi {stamp}.svg"
+    for n in itertools.count(2):  # a second within the same second: never over another
+        if not os.path.lexists(path):
+            break
+        path = folder / f"Navi {stamp} ({n}).svg"
+    write_private_atomic(path, app.export_screenshot())
+    return path
