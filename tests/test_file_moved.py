@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -201,4 +202,17 @@ async def test_a_log_the_old_file_left_behind_is_not_read_into_the_replacement(
     leftovers = [p.name for p in db.parent.iterdir() if p.name.startswith("memory.db")]
     assert sorted(leftovers) == ["memory.db"]
     assert b"4711" not in db.read_bytes()
-    assert "the log of the file that was moved" in caplog.text
+    assert "memory.db-wal" in caplog.text and "of the file that was moved" in caplog.text
+
+
+async def test_a_replacement_that_came_with_its_own_log_keeps_it(tmp_path: Path) -> None:
+    other = tmp_path / "other" / "memory.db"
+    await make_profile(other, "I keep goats")
+    async with running(tmp_path, "I keep bees") as (db, daemon):
+        async with await MemoryStore.open(other) as store:  # a last write, still in its log
+            await store.add_memory("I keep ducks")
+            for suffix in ("", "-wal"):  # both moved in, as a sync tool would
+                shutil.copyfile(f"{other}{suffix}", f"{other}{suffix}.copy")
+        for suffix in ("-wal", ""):
+            os.replace(f"{other}{suffix}.copy", f"{db}{suffix}")
+        assert await values(daemon) == {"I keep goats", "I keep ducks"}

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon.files import trim_log
+from navi_desktop.daemon.open_profiles import close_idle
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, keep_place
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths, ensure_own_dir
@@ -196,6 +197,10 @@ async def _maintain(service: Any) -> None:
     last = time.monotonic()
     while True:
         await asyncio.sleep(RETRY_CHECK_S)
+        try:
+            await close_idle(service)
+        except Exception:
+            log.exception("closing idle profiles failed")
         try:
             trim_log(log_path(service.paths))
         except (NaviError, OSError) as exc:  # a file planted at <log>.1: said, and left

@@ -21,10 +21,11 @@ from navi_desktop.daemon.method_params import ProfileParams
 from navi_desktop.daemon.params import takes, text
 from navi_desktop.errors import InvalidInput, NaviError, ProfileError
 from navi_desktop.memory.failures import moved
-from navi_desktop.memory.filecheck import identity, wal_path
+from navi_desktop.memory.filecheck import identity
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service
+    from navi_desktop.memory.store import MemoryStore
 
 log = logging.getLogger(__name__)
 Signature = tuple[Any, ...]
@@ -132,7 +133,7 @@ def replace_moved(service: Service, profile: str) -> None:
             await old.close()  # waits for a write under way; later ones are refused
         except Exception as exc:
             log.warning("closing %s after it was moved: %s", path, exc)
-        _drop_stale_log(path)
+        _drop_stale_log(old)
         if identity(path) is None:
             raise moved(path, replaced=False)
         return await MemoryStore.open(path, embedder=service._embedder())
@@ -143,16 +144,17 @@ def replace_moved(service: Service, profile: str) -> None:
     )
 
 
-def _drop_stale_log(path: Path) -> None:
-    """The closed file's log is emptied on close. One left with frames (that close failed)
-    belongs to the file that went: the file now at the path would read it as its own, and a
-    copy kept aside would hold text that no forget reaches. It is removed."""
-    wal = wal_path(path)
-    with contextlib.suppress(OSError):
-        size = os.stat(wal).st_size
-        if size > 0:
-            wal.unlink()
-            log.warning("removed %s (%d bytes): the log of the file that was moved", wal, size)
+def _drop_stale_log(old: MemoryStore) -> None:
+    """The closed file's log and its index, when still at the path (its close failed, or
+    another program still reads it): the file now at the path would read them as its own,
+    and a copy kept aside would hold text that no forget reaches. Only the very files the
+    old one had open go: a log that came with the new file stays."""
+    for log_file, opened in old.db.log_files.items():
+        with contextlib.suppress(OSError):
+            if opened is not None and identity(log_file) == opened:
+                size = os.stat(log_file).st_size
+                log_file.unlink()
+                log.warning("removed %s (%d bytes) of the file that was moved", log_file, size)
 
 
 # -- RPC ---------------------------------------------------------------------------------------

@@ -11,7 +11,14 @@ from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon import feedback_api, memory_api, memory_params, ollama_api, profiles
+from navi_desktop.daemon import (
+    feedback_api,
+    memory_api,
+    memory_params,
+    ollama_api,
+    open_profiles,
+    profiles,
+)
 from navi_desktop.daemon import method_params as mp
 from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
@@ -53,6 +60,7 @@ class Service(ChatMethods, SessionMethods):
         self.started = time.monotonic()
         self._stores: dict[str, MemoryStore] = {}
         self._opening: dict[str, asyncio.Future[MemoryStore]] = {}
+        self._used: dict[str, float] = {}  # each profile's last use (monotonic)
         self.ollama = OllamaClients(lambda: self.settings, self._busy, self._spawn)
         self._timers: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._turns: dict[str, asyncio.Task[TurnResult]] = {}
@@ -81,6 +89,7 @@ class Service(ChatMethods, SessionMethods):
     async def store(self, profile: str) -> MemoryStore:
         """The profile's store, opened once: concurrent first uses share one open (a second
         connection would be left behind, and its thread keeps the process from exiting)."""
+        self._used[profile] = time.monotonic()  # open_profiles.py closes the idle ones
         open_store = self._stores.get(profile)
         if isinstance(open_store, MemoryStore) and open_store.db.moved_away():
             profiles.replace_moved(self, profile)  # another program moved its file
@@ -90,6 +99,8 @@ class Service(ChatMethods, SessionMethods):
                 return self._stores[profile]
             path = self.paths.profile_db(profile)
             self.profile_errors.check(profile, path)  # a damaged file is not opened again
+            if profile not in self._opening:
+                await open_profiles.make_room(self, profile)
             if profile not in self._opening:
                 self._opening[profile] = asyncio.ensure_future(
                     MemoryStore.open(path, embedder=self._embedder())
@@ -264,6 +275,8 @@ class Service(ChatMethods, SessionMethods):
                 continue
             for session in ending:
                 self._spawn(self.end(profile, session.id, "recovery"))
+            if not ending and not remote:
+                await open_profiles.release(self, profile)  # opened only to look
 
     async def retry_due(self) -> int:
         """Run the session end again for pending sessions whose retry time has come."""
@@ -303,7 +316,7 @@ class Service(ChatMethods, SessionMethods):
             timer.cancel()
         pending = list(self._timers)
         self._timers.clear()
-        for profile, store in self._stores.items():
+        for profile, store in list(self._stores.items()):
             for session in await store.sessions_to_process(include_open=True):
                 if (profile, session.id) not in pending:
                     pending.append((profile, session.id))
@@ -392,7 +405,7 @@ class Service(ChatMethods, SessionMethods):
         health = await self.ollama_health(max_age_s=OLLAMA_CHECK_S)
         embedding = await self.ollama.embedding_health(OLLAMA_CHECK_S)
         pending, reason = 0, None
-        for store in self._stores.values():
+        for store in list(self._stores.values()):  # one may open meanwhile
             try:
                 n, r = await store.pending_status()
             except NaviError:  # that profile's trouble: its own calls say what it is

@@ -65,6 +65,9 @@ class Database:
         # The file this connection has open; see verify().
         self._identity = identity(path)
         self._gone: ProfileMoved | None = None
+        self._closed = False
+        # The log and its index this connection has open (note_log_files), by identity.
+        self.log_files: dict[Path, tuple[int, int] | None] = {}
         # Commits made through this connection: none means read-only use (incognito).
         self.commits = 0
         # Set by the daemon: how many daily backups to keep (0: none); see backup.py.
@@ -108,6 +111,8 @@ class Database:
         program moved, deleted or replaced it). Writing on would put saves where nobody looks
         (into a deleted file), and a connection opened by name would read the new file
         through the old one's log. A stat call: cheap enough for every statement."""
+        if self._closed:  # a caller still holding it after the daemon closed it
+            raise NaviError(f"{self.path} was closed while in use; try again")
         if self._gone is None:
             try:
                 now = identity(self.path)
@@ -118,6 +123,13 @@ class Database:
             self._gone = moved(self.path, replaced=now is not None)
             log.warning("%s", self._gone)
         raise ProfileMoved(str(self._gone))  # a new instance: tracebacks do not pile up
+
+    def note_log_files(self) -> None:
+        """Remember which log files are this file's (made by its first transaction): once
+        the file is moved away, only those are removed from the path (replace_moved)."""
+        for suffix in ("-wal", "-shm"):
+            log_file = self.path.with_name(self.path.name + suffix)
+            self.log_files[log_file] = identity(log_file)
 
     def moved_away(self) -> bool:
         """Whether verify() would raise (the daemon then closes this and opens the path)."""
@@ -202,6 +214,7 @@ class Database:
             conn.close()
 
     async def close(self) -> None:
+        self._closed = True
         if self._checkpoint is not None:
             await self._checkpoint
         if self._backup is not None:

@@ -94,6 +94,7 @@ class MemoryStore(
         try:
             await migrate(db)
             await db.analyze()
+            db.note_log_files()
         except BaseException as exc:
             await db.conn.close()
             if isinstance(exc, DiskFull):  # an upgrade that did not fit: nothing of it was kept

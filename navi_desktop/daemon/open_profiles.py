@@ -1,0 +1,92 @@
+"""How many profiles the daemon keeps open.
+
+Each open profile holds a thread, its files and its caches (its search index, once
+searched): a script that named a new profile in each call grew the daemon by 1,200 threads
+and 1 GB in 13 s, on its way to running out of files for everyone. So at most MAX_OPEN
+local profiles are open at once; at the cap the least recently used one that has been idle
+a minute makes room, and with none such a new profile is refused in one line. A profile
+idle for IDLE_CLOSE_S is closed by the daemon's minute tick. A closed profile opens again
+on its next use. The configured profile, and a profile with an open session, a reply or a
+session end under way, are never closed this way.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from navi_desktop.errors import InvalidInput, NaviError
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.service import Service
+
+log = logging.getLogger(__name__)
+MAX_OPEN = 32
+IDLE_CLOSE_S = 600.0
+ROOM_IDLE_S = 60.0  # idle this long, the least recently used makes room for a new one
+
+
+def _local(service: Service) -> list[str]:
+    from navi_desktop.memory.store import MemoryStore
+
+    return [p for p, s in service._stores.items() if isinstance(s, MemoryStore)]
+
+
+async def _closable(service: Service, profile: str, idle_s: float) -> bool:
+    if profile == service.profile(None) or service._turns:  # a turn's profile is not named
+        return False
+    if any(key[0] == profile for key in (*service._ending, *service._timers)):
+        return False
+    if time.monotonic() - service._used.get(profile, 0.0) < idle_s:
+        return False
+    try:  # a session left to end, or to retry, keeps it open (the retries look at open ones)
+        return not await service._stores[profile].sessions_to_process(include_open=True)
+    except NaviError:
+        return True  # a file that fails: closing loses nothing, and its next use says why
+
+
+async def _close(service: Service, profile: str, why: str) -> None:
+    store = service._stores.pop(profile)
+    service._used.pop(profile, None)
+    try:
+        await store.close()  # waits for a write under way
+    except Exception as exc:
+        log.warning("closing profile %s (%s): %s", profile, why, exc)
+    else:
+        log.info("closed profile %s (%s)", profile, why)
+
+
+async def close_idle(service: Service, idle_s: float = IDLE_CLOSE_S) -> int:
+    """Close the profiles idle for ``idle_s``; how many."""
+    closed = 0
+    for profile in _local(service):
+        if profile in service._stores and await _closable(service, profile, idle_s):
+            await _close(service, profile, f"unused for {idle_s:.0f} s")
+            closed += 1
+    return closed
+
+
+async def release(service: Service, profile: str) -> None:
+    """Close ``profile`` now if nothing keeps it open (the start's recovery, done with it)."""
+    if profile in service._stores and await _closable(service, profile, 0.0):
+        await _close(service, profile, "nothing to recover")
+
+
+async def make_room(service: Service, profile: str) -> None:
+    """Before ``profile`` is opened: room for it, or InvalidInput saying why there is none.
+    The configured profile always opens: other clients' profiles never lock the user out."""
+    if profile == service.profile(None):
+        return
+    open_now = _local(service)
+    if len(open_now) + len(service._opening) < MAX_OPEN:
+        return
+    for profile in sorted(open_now, key=lambda p: service._used.get(p, 0.0)):
+        if profile in service._stores and await _closable(service, profile, ROOM_IDLE_S):
+            await _close(service, profile, "room for another")
+            return
+    raise InvalidInput(
+        f"too many memory profiles in use at once ({MAX_OPEN}): one is closed a minute after"
+        " its last use; try again then, or stop the daemon (`navi daemon stop`) to close"
+        " them all"
+    )
