@@ -66,3 +66,19 @@ def test_a_start_trims_a_long_log_and_requests_to_ollama_are_not_logged() -> Non
         assert chat.returncode == 0, chat.stderr
         text = h.log_text()
         assert "navi daemon" in text and "HTTP Request" not in text
+
+
+def test_on_a_full_disk_the_log_stays_whole_and_no_half_copy_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_disk_full import fill, small_disk
+
+    monkeypatch.setattr(files, "LOG_MAX_BYTES", 1 << 20)
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        log = disk / "daemon.log"
+        lines = b"".join(b"line %d\n" % i for i in range(200_000))  # ~1.5 MB
+        log.write_bytes(lines)
+        fill(disk)
+        assert trim_log(log) is False
+        assert log.read_bytes() == lines
+        assert not (disk / "daemon.log.1").exists()

@@ -131,13 +131,19 @@ def trim_log(path: Path) -> bool:
         src = open_private_file(path, os.O_RDWR)
     except FileNotFoundError:
         return False
+    copy = path.with_name(path.name + ".1")
     try:
-        dst = open_private_file(path.with_name(path.name + ".1"), os.O_WRONLY | os.O_TRUNC)
+        dst = open_private_file(copy, os.O_WRONLY | os.O_TRUNC)
         try:
             while chunk := os.read(src, 1 << 20):
                 os.write(dst, chunk)
-        finally:
+        except OSError as exc:  # a full disk: no half copy, and the log stays as it is
             os.close(dst)
+            with contextlib.suppress(OSError):
+                os.unlink(copy)
+            log.warning("the log %s was not trimmed: %s", path, exc.strerror or exc)
+            return False
+        os.close(dst)
         os.ftruncate(src, 0)  # appends go on at the new end (O_APPEND)
     finally:
         os.close(src)
