@@ -214,6 +214,28 @@ def summary(records: Sequence[Record]) -> dict[str, Any]:
     }
 
 
+RANK_BUCKETS = ((10, "1-10"), (20, "11-20"), (50, "21-50"), (200, "51-200"))
+
+
+async def evidence_ranks(convs: list[Conversation]) -> dict[str, dict[str, int]]:
+    """Where each evidence turn ranks in the shipped method's first 200 hits, per category:
+    a miss just past the cut is a re-ranking's to win, one far down or absent is not."""
+    out: dict[str, dict[str, int]] = {}
+    for conv in convs:
+        conv.store.tuning = Tuning()
+        for question, category, wanted in conv.questions:
+            if category not in MAIN:
+                continue
+            hits = await conv.store.search(question, kinds=["message"], limit=200)
+            ranked = [conv.dia_of[h.id] for h in hits]
+            counts = out.setdefault(f"{category} {CATEGORY_NAMES[category]}", {})
+            for turn in wanted:
+                rank = ranked.index(turn) + 1 if turn in ranked else None
+                name = next((n for top, n in RANK_BUCKETS if rank and rank <= top), "not in 200")
+                counts[name] = counts.get(name, 0) + 1
+    return out
+
+
 async def cross_validate(convs: list[Conversation]) -> dict[str, Any]:
     """Pick the grid point best on all conversations but one, measure it on both sides."""
     points = grid()
@@ -257,7 +279,12 @@ async def cross_validate(convs: list[Conversation]) -> dict[str, Any]:
 
 
 async def run(
-    data: list[dict], unseen: list[dict], embedder: Embedder | None, root: Path, timed: bool
+    data: list[dict],
+    unseen: list[dict],
+    embedder: Embedder | None,
+    root: Path,
+    timed: bool,
+    ranks: bool = False,
 ) -> dict[str, Any]:
     convs = [await load(s, embedder, root / "dev") for s in data]
     others = [await load(s, embedder, root / "unseen") for s in unseen]
@@ -274,6 +301,8 @@ async def run(
             latencies.sort()
             result["search_ms_p50"] = round(statistics.median(latencies), 2)
             result["search_ms_p95"] = round(latencies[int(0.95 * (len(latencies) - 1))], 2)
+        if ranks:
+            result["evidence_ranks"] = await evidence_ranks(convs)
         if len(convs) > 1:
             result["cross_validation"] = await cross_validate(convs)
         if others:
@@ -309,6 +338,9 @@ def main() -> int:
     )
     parser.add_argument("--embed-cache", type=Path, help="keep vectors here between runs")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--ranks", action="store_true", help="where the evidence ranks in the first 200 hits"
+    )
     args = parser.parse_args()
     data = json.loads(args.data.read_text())
     unseen = json.loads(args.unseen.read_text()) if args.unseen else []
@@ -317,13 +349,18 @@ def main() -> int:
     if embedder is not None and args.embed_cache:
         embedder = cache = CachedEmbedder(embedder, args.embed_cache)
     with tempfile.TemporaryDirectory() as tmp:
-        result = asyncio.run(run(data, unseen, embedder, Path(tmp), timed=cache is None))
+        result = asyncio.run(
+            run(data, unseen, embedder, Path(tmp), timed=cache is None, ranks=args.ranks)
+        )
     if cache is not None:
         cache.save()
     print(f"embedder {result['embedder']}, conversations {', '.join(result['conversations'])}")
     table("shipped constants, all conversations", result["shipped"])
     if "search_ms_p50" in result:
         print(f"search latency p50 {result['search_ms_p50']} ms, p95 {result['search_ms_p95']} ms")
+    for cat, counts in result.get("evidence_ranks", {}).items():
+        spread = ", ".join(f"{n}: {counts.get(n, 0)}" for n in (*dict(RANK_BUCKETS).values(),))
+        print(f"evidence ranks, {cat:<15} {spread}, not in 200: {counts.get('not in 200', 0)}")
     if "cross_validation" in result:
         cv = result["cross_validation"]
         for fold in cv["folds"]:
