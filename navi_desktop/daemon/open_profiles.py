@@ -40,8 +40,14 @@ async def _closable(service: Service, profile: str, idle_s: float) -> bool:
         return False
     if time.monotonic() - service._used.get(profile, 0.0) < idle_s:
         return False
-    try:  # a session left to end, or to retry, keeps it open (the retries look at open ones)
-        return not await service._stores[profile].sessions_to_process(include_open=True)
+    store = service._stores[profile]
+    try:  # work left to retry keeps it open (the retries look at open ones): a session to
+        # end, a forget's scrub of the file or of its backups
+        return not (
+            await store.sessions_to_process(include_open=True)
+            or await store.pending_scrubs()
+            or await store.copy_scrubs_pending()
+        )
     except NaviError:
         return True  # a file that fails: closing loses nothing, and its next use says why
 

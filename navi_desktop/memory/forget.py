@@ -16,18 +16,16 @@ other text).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import InvalidInput, NaviError
+from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.db import DbError
 from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.forget_copies import CopyScrubOps
 from navi_desktop.memory.forget_kept import kept_after
 from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
@@ -260,7 +258,10 @@ class ForgetCommon:
         )
 
 
-class ForgetOps(ForgetCommon, ScrubOps):
+class ForgetOps(ForgetCommon, CopyScrubOps, ScrubOps):
+    def _needles_for(self, rows: list[Any], scope: str) -> tuple[Matcher, set[str]]:
+        return _needles(rows, scope)
+
     # -- forget --------------------------------------------------------------------------------
 
     async def forget(
@@ -280,12 +281,13 @@ class ForgetOps(ForgetCommon, ScrubOps):
             report.redacted_messages = counts.messages
             report.redacted = counts.lines()
             # Saved with the forget: a full disk or a crash before the purge below finishes
-            # leaves it to retry_scrubs.
+            # leaves it to retry_scrubs; one before the copies are done, to the copies' retry.
             await self._note_pending(report.forgotten, UNFINISHED)
+            await self._note_copies_pending([r["id"] for r in chain], scope)
         report.scrub_pending = await self._purge_free_space(
             report.forgotten, messages=report.redacted_messages > 0
         )
-        await self._scrub_backups([r["id"] for r in chain], matcher, same, report)
+        await self._scrub_copies([r["id"] for r in chain], report, (matcher, same))
         return report
 
     async def _forget_rows(
@@ -318,40 +320,3 @@ class ForgetOps(ForgetCommon, ScrubOps):
         await self._drop_orphan_entities()
         await self._mark_profile_stale()
         return gone_ids, plan.counts
-
-    async def _scrub_backups(
-        self: MemoryStore, ids: list[int], matcher: Matcher, same: set[str], report: ForgetReport
-    ) -> None:
-        """The same forget in every other copy of the profile Navi keeps: its backups, and a
-        file kept aside by a restore (``memory.before-restore-*.db``) beside it. A restore
-        must not bring the text back. A copy that cannot be opened is reported."""
-        from navi_desktop.memory.backup import list_backups
-        from navi_desktop.memory.store import MemoryStore as Store
-
-        running = getattr(self.db, "_backup", None)  # a daily backup being made right now
-        if running is not None:
-            await running
-
-        def copies() -> list[Path]:
-            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
-            return [*list_backups(self.path), *sorted(beside)]
-
-        for path in await asyncio.to_thread(copies):
-            try:
-                copy = await Store.open(path, create=False)
-                try:
-                    async with copy.db.transaction():
-                        marks = ",".join("?" * len(ids))
-                        rows = await copy.db.fetchall(
-                            f"SELECT * FROM memories WHERE id IN ({marks})", ids
-                        )
-                        await copy._forget_rows(rows, matcher, same)
-                    if why := await copy._purge_free_space(ids):  # nothing retries a backup
-                        raise NaviError(f"its old pages still hold it: {why}")
-                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
-                finally:
-                    await copy.close()
-                report.backups += 1
-            except (NaviError, DbError, OSError) as exc:
-                log.warning("backup %s not scrubbed: %s", path, exc)
-                report.unscrubbed.append(f"{path}: {exc}")

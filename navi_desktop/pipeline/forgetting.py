@@ -107,6 +107,9 @@ async def finish_scrubs(store: MemoryStore) -> list[dict[str, Any]]:
     complete. A disk still full is tried again at the next call."""
     try:
         done = await store.retry_scrubs()
+        # Forgets a stop cut short before the backups had them (a file profile's own copies).
+        if (retry_copies := getattr(store, "retry_copy_scrubs", None)) is not None:
+            await retry_copies()
     except (DiskFull, DiskError) as exc:
         log.info("delayed scrub of %s still waits: %s", store.path, exc)
         return []

@@ -1,0 +1,104 @@
+"""A forget carried into the other copies of the profile Navi keeps: its backups, and a file
+a restore kept aside (``memory.before-restore-*.db``). A restore must not bring the text back.
+
+The copies are scrubbed after the forget is saved. A daemon stopped in between (a crash, a
+kill, a power cut) left them holding the text, with nothing to say so; so the forget saves,
+with itself, which memory ids and scope the copies still owe. The record holds ids, never
+text: a retry finds the text in each copy's own rows of those ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.errors import NaviError
+from navi_desktop.memory.clock import now_iso
+from navi_desktop.memory.db import DbError
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.forget import ForgetReport
+    from navi_desktop.memory.matching import Matcher
+    from navi_desktop.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+COPIES_KEY = "pending_copy_scrubs"
+Needles = tuple["Matcher", set[str]]
+
+
+class CopyScrubOps:
+    async def _copies_pending(self: MemoryStore) -> list[dict[str, Any]]:
+        raw = await self.db.scalar("SELECT value FROM meta WHERE key = ?", (COPIES_KEY,))
+        return json.loads(raw) if raw else []
+
+    async def _note_copies_pending(self: MemoryStore, ids: list[int], scope: str) -> None:
+        """Inside the forget's transaction: the copies owe this forget until done."""
+        pending = [p for p in await self._copies_pending() if p["ids"] != ids]
+        pending.append({"ids": ids, "scope": scope, "since": now_iso()})
+        await self._set_meta(COPIES_KEY, json.dumps(pending))
+
+    async def copy_scrubs_pending(self: MemoryStore) -> list[dict[str, Any]]:
+        """Forgets not yet carried into the copies (a stop cut them short)."""
+        async with self.db.reading():
+            return await self._copies_pending()
+
+    async def retry_copy_scrubs(self: MemoryStore) -> list[dict[str, Any]]:
+        """Carry the forgets a stop cut short into the copies; the ones done."""
+        from navi_desktop.memory.forget import ForgetReport
+
+        done = []
+        for pending in await self.copy_scrubs_pending():
+            report = ForgetReport(scope=pending["scope"])
+            await self._scrub_copies(pending["ids"], report, None)
+            log.info(
+                "forget of %s carried into %d copies after a stop", pending["ids"], report.backups
+            )
+            done.append(pending)
+        return done
+
+    async def _scrub_copies(
+        self: MemoryStore, ids: list[int], report: ForgetReport, needles: Needles | None
+    ) -> None:
+        """The forget of ``ids`` in every copy (``needles``: the forget's own matcher; None:
+        each copy's rows of ``ids`` give theirs). A copy that cannot be opened is reported,
+        and not tried again: the record is cleared once every copy was tried."""
+        from navi_desktop.memory.backup import list_backups
+        from navi_desktop.memory.store import MemoryStore as Store
+
+        running = getattr(self.db, "_backup", None)  # a daily backup being made right now
+        if running is not None:
+            await running
+
+        def copies() -> list[Path]:
+            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
+            return [*list_backups(self.path), *sorted(beside)]
+
+        for path in await asyncio.to_thread(copies):
+            try:
+                copy = await Store.open(path, create=False)
+                try:
+                    async with copy.db.transaction():
+                        marks = ",".join("?" * len(ids))
+                        rows = await copy.db.fetchall(
+                            f"SELECT * FROM memories WHERE id IN ({marks})", ids
+                        )
+                        # None and no rows: made before the memory, or already scrubbed
+                        owed = needles is not None or bool(rows)
+                        if owed:
+                            matcher, same = needles or self._needles_for(rows, report.scope)
+                            await copy._forget_rows(rows, matcher, same)
+                    if owed and (why := await copy._purge_free_space(ids)):
+                        raise NaviError(f"its old pages still hold it: {why}")
+                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
+                finally:
+                    await copy.close()
+                report.backups += 1
+            except (NaviError, DbError, OSError) as exc:
+                log.warning("backup %s not scrubbed: %s", path, exc)
+                report.unscrubbed.append(f"{path}: {exc}")
+        async with self.db.transaction():
+            left = [p for p in await self._copies_pending() if p["ids"] != ids]
+            await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)

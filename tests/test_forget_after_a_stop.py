@@ -1,0 +1,89 @@
+"""A forget cut short after it was saved and before the profile's backups had it (the
+daemon killed, a power cut): before, the backups kept the text with nothing to say so, and
+a restore brought it back. Now the copies' share is saved with the forget (ids, never text)
+and carried out by the next retry."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from navi_desktop.memory.backup import list_backups, make_backup
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.pipeline.forgetting import finish_scrubs
+
+SECRET = "zorbquux"
+
+KILLED = """
+import asyncio, os, sys
+from navi_desktop.memory.forget_copies import CopyScrubOps
+from navi_desktop.memory.store import MemoryStore
+
+async def stop_here(*args, **kwargs):
+    os._exit(9)  # the process dies between the saved forget and its copies
+
+async def main(path, memory_id):
+    store = await MemoryStore.open(path)
+    CopyScrubOps._scrub_copies = stop_here
+    await store.forget(memory_id)
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+def holds(path: Path, text: str) -> bool:
+    return any(
+        text.encode() in p.read_bytes()
+        for p in (path, path.with_name(path.name + "-wal"))
+        if p.exists()
+    )
+
+
+async def test_a_forget_cut_short_reaches_the_backups_at_the_next_retry(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        added = await store.add_memory(f"the vault code is {SECRET}")
+        await store.add_memory("likes tea")
+        session = await store.create_session()
+        await store.save_message(session.id, "user", f"remember: the vault code is {SECRET}")
+    await asyncio.to_thread(make_backup, path)
+    (backup,) = list_backups(path)
+    assert holds(backup, SECRET)
+
+    killed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(KILLED), str(path), str(added.memory.id)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert killed.returncode == 9, killed.stderr
+    assert holds(backup, SECRET)  # the stop left it there
+
+    async with await MemoryStore.open(path) as store:
+        pending = await store.copy_scrubs_pending()
+        assert [p["ids"] for p in pending] == [[added.memory.id]]
+        assert SECRET not in repr(pending)  # ids and times, never the text
+        await finish_scrubs(store)  # the daemon's minute tick
+        assert await store.copy_scrubs_pending() == []
+    assert not holds(backup, SECRET)
+    async with await MemoryStore.open(backup, create=False) as copy:
+        values = [m.value for m in (await copy.list_memories())[0]]
+        assert values == ["likes tea"]
+        said = [m.content for m in await copy.messages(session.id)]
+        assert said == ["remember: [forgotten]"]
+
+
+async def test_a_whole_forget_leaves_nothing_owed(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        added = await store.add_memory(f"the vault code is {SECRET}")
+    await asyncio.to_thread(make_backup, path)
+    async with await MemoryStore.open(path) as store:
+        report = await store.forget(added.memory.id)
+        assert report.backups == 1
+        assert await store.copy_scrubs_pending() == []
+        assert await store.retry_copy_scrubs() == []
+    assert not holds(list_backups(path)[0], SECRET)
