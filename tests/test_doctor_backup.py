@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlean
 
-from navi_desktop.memory.backup import DAILY, list_backups, take_daily
+from navi_desktop.memory.backup import DAILY, latest_backup, list_backups, take_daily
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
 from tests.daemon_home import navi as run_navi
@@ -203,6 +203,22 @@ def test_daily_backups_roll_keeping_the_newest(home):
     kept = list_backups(path, DAILY)
     assert [p.name for p in kept] == [m.path.name for m in reversed(made)][:3]
     assert take_daily(path, 0, now=start + 20 * day) is None  # 0: turned off
+
+
+def test_a_backup_stamped_in_the_future_does_not_stop_the_daily_ones(home):
+    """Made while the clock was set a year ahead, then put right: before, no daily backup
+    was due until that date, and the rotation would have kept it over every new one."""
+    fill(home, 3)
+    path = db(home)
+    year = 365 * 24 * 3600
+    ahead = take_daily(path, 2, now=time.time() + year)
+    assert ahead is not None
+    first = take_daily(path, 2)  # the clock is right again
+    assert first is not None
+    assert latest_backup(path) == first.path  # the advice for a damaged file names this one
+    second = take_daily(path, 2, now=time.time() + 24 * 3600)
+    assert second is not None
+    assert {p.name for p in list_backups(path, DAILY)} == {first.path.name, second.path.name}
 
 
 async def test_the_daemon_makes_a_daily_backup_after_a_write_but_not_for_reading(tmp_path):

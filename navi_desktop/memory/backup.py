@@ -33,6 +33,9 @@ from navi_desktop.paths import ensure_private_dir
 DAILY, MANUAL = "daily", "manual"
 # A day, less an hour: a backup made a little earlier each day does not drift later.
 DAILY_EVERY_S = 23 * 3600
+# A backup stamped later than now by more than this was made under a clock set ahead. Before,
+# one such (stamped a year ahead) stopped the daily backups for that year.
+CLOCK_SLACK_S = 3600
 # Free space a backup must leave, so that it never fills the disk the profile writes to.
 RESERVE_BYTES = 64 << 20
 _NAME = re.compile(r"^(daily|manual)-(\d{8}T\d{6}Z)(?:-\d+)?\.db$")
@@ -64,8 +67,14 @@ def _made_at(path: Path) -> float:
     return float(calendar.timegm(time.strptime(match[2], _STAMP)))
 
 
-def list_backups(db_path: Path, kind: str | None = None) -> list[Path]:
-    """The profile's backups, newest first (``kind``: only "daily" or "manual" ones)."""
+def _in_the_future(path: Path, now: float | None = None) -> bool:
+    """Stamped later than now: made while the clock was set ahead, and since put right."""
+    return _made_at(path) > (time.time() if now is None else now) + CLOCK_SLACK_S
+
+
+def list_backups(db_path: Path, kind: str | None = None, *, now: float | None = None) -> list[Path]:
+    """The profile's backups, newest first (``kind``: only "daily" or "manual" ones); one
+    stamped in the future counts as the oldest."""
     try:
         entries = list(backups_dir(db_path).iterdir())
     except OSError:
@@ -75,7 +84,13 @@ def list_backups(db_path: Path, kind: str | None = None) -> list[Path]:
         for p in entries
         if (m := _NAME.match(p.name)) and (kind is None or m[1] == kind) and p.is_file()
     ]
-    return sorted(found, key=lambda p: (_made_at(p), p.name), reverse=True)
+    # One stamped in the future sorts as the oldest: it would otherwise pass for the latest
+    # (in a damaged file's advice) and outlive every backup made after the clock was fixed.
+    return sorted(
+        found,
+        key=lambda p: (0.0 if _in_the_future(p, now) else _made_at(p), p.name),
+        reverse=True,
+    )
 
 
 def latest_backup(db_path: Path) -> Path | None:
@@ -157,11 +172,11 @@ def take_daily(db_path: Path, keep: int, *, now: float | None = None) -> BackupR
     if keep <= 0:
         return None
     now = time.time() if now is None else now
-    daily = list_backups(db_path, DAILY)
+    daily = [p for p in list_backups(db_path, DAILY, now=now) if not _in_the_future(p, now)]
     if daily and now - _made_at(daily[0]) < DAILY_EVERY_S:
         return None
     result = make_backup(db_path, kind=DAILY, now=now)
-    for old in list_backups(db_path, DAILY)[keep:]:
+    for old in list_backups(db_path, DAILY, now=now)[keep:]:
         with contextlib.suppress(OSError):
             old.unlink()
     return result
