@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +20,8 @@ from navi_desktop.fileio import write_private_atomic
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
 
-MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
+# An export larger than this goes to the daemon by its path, not in the request (8 MiB).
+INLINE_BYTES = 4 << 20
 
 
 def register(command: Any) -> None:
@@ -64,40 +70,63 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from navi_desktop.memory.exchange import parse_export
+    from navi_desktop.daemon.memory_api import RemoteMemory
+    from navi_desktop.memory.export_file import (
+        MAX_IMPORT_BYTES,
+        read_export_bytes,
+        read_export_file,
+    )
 
-    source = "stdin" if args.file == "-" else args.file
-    try:
-        if args.file == "-":
-            stream = getattr(sys.stdin, "buffer", sys.stdin)
-            raw = stream.read(MAX_IMPORT_BYTES + 1)
-        else:
-            with open(args.file, "rb") as handle:
-                raw = handle.read(MAX_IMPORT_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
-    if len(raw) > MAX_IMPORT_BYTES:
-        raise InvalidInput(
-            f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
-        )
-    try:
-        text = raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{source}: not UTF-8 text (byte {exc.start})") from exc
-    data = parse_export(text, source)  # before the profile is opened: a bad file changes nothing
+    # Read and checked here, before the profile is opened: a bad file changes nothing.
+    raw = b""
+    path = None if args.file == "-" else Path(args.file).absolute()
+    if path is None:
+        try:
+            raw = getattr(sys.stdin, "buffer", sys.stdin).read(MAX_IMPORT_BYTES + 1)
+        except OSError as exc:
+            raise InvalidInput(f"cannot read stdin: {exc.strerror or exc}") from exc
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogatepass")
+        data = read_export_bytes("stdin", io.BytesIO(raw))
+    else:
+        data = read_export_file(path, args.file)
+    big = (path.stat().st_size if path is not None else len(raw)) > INLINE_BYTES
 
     async def work(store: MemoryStore):
-        return await store.import_data(data)
+        if not big or not isinstance(store, RemoteMemory):
+            return await store.import_data(data)
+        if path is not None:  # the daemon reads it: it is over a request's size
+            return await store.import_file(path)
+        with spooled(raw) as spool:  # piped in: kept in a private file meanwhile
+            return await store.import_file(spool)
 
     report = with_store(args, work)
     if wants_json(args):
         emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
     else:
+        source = "stdin" if path is None else args.file
         print(
             f"Imported {source}: {report.added} added, {report.skipped} skipped (already here),"
             f" {report.blocked} blocked (forgotten before)."
         )
     return 0
+
+
+@contextlib.contextmanager
+def spooled(raw: bytes) -> Iterator[Path]:
+    """``raw`` in a new private file in the run folder, removed afterwards."""
+    from navi_desktop.paths import Paths, ensure_own_dir
+
+    folder = Paths.from_env().runtime
+    ensure_own_dir(folder, "run folder")
+    fd, name = tempfile.mkstemp(dir=folder, prefix=".import-", suffix=".json")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+        yield Path(name)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
 
 
 # -- stats -------------------------------------------------------------------------------------

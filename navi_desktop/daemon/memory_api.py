@@ -57,6 +57,8 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.export": ("export_data", lambda d: d, False),
     "memory.export_markdown": ("export_markdown", lambda t: t, False),
     "memory.import": ("import_data", asdict, True),
+    # an export larger than a request may be, read by the daemon from its path
+    "memory.import_file": ("import_file", asdict, True),
     "memory.stats": ("stats", lambda s: s, False),
     # what went into the prompt answering a user message (TurnResult.user_message_id)
     "memory.used": ("injections_for", lambda items: [i.to_dict() for i in items], False),
@@ -66,6 +68,11 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
     "memory.rename_entity": ("rename_entity", lambda p: p.to_dict(), True),
     "memory.merge_entities": ("merge_entities", lambda p: p.to_dict(), True),
 }
+
+
+def _import_report(r: dict[str, Any]) -> ImportReport:
+    ids = {int(k): v for k, v in r["ids"].items()}
+    return ImportReport(r["added"], r["skipped"], r["blocked"], ids, r["new_ids"])
 
 
 class RemoteMemory:
@@ -128,14 +135,10 @@ class RemoteMemory:
         return await self._call("memory.export_markdown")
 
     async def import_data(self, data: dict[str, Any]) -> ImportReport:
-        r = await self._call("memory.import", data)
-        return ImportReport(
-            r["added"],
-            r["skipped"],
-            r["blocked"],
-            {int(k): v for k, v in r["ids"].items()},
-            r["new_ids"],
-        )
+        return _import_report(await self._call("memory.import", data))
+
+    async def import_file(self, path: Any) -> ImportReport:
+        return _import_report(await self._call("memory.import_file", str(path)))
 
     async def stats(self) -> dict[str, Any]:
         return await self._call("memory.stats")

@@ -217,6 +217,14 @@ class Import(MemoryParams):
     data: ExportFile
 
 
+@method("memory.import_file")
+class ImportFile(MemoryParams):
+    """An export the daemon reads from its path: a large one does not fit in a request."""
+
+    positional = ("path",)
+    path: text(4096, what="a file path")  # type: ignore[valid-type]
+
+
 class Nothing(MemoryParams):
     pass
 
