@@ -75,3 +75,17 @@ async def test_the_daemon_reads_only_a_regular_file(tmp_path: Path) -> None:
         assert report["added"] == 3
     finally:
         await daemon.stop()
+
+
+async def test_a_spooled_import_a_killed_cli_left_is_removed_at_the_start(tmp_path: Path) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    paths.runtime.mkdir(parents=True, mode=0o700)
+    left = paths.runtime / ".import-abc123.json"
+    left.write_text(json.dumps(export_of(2)))
+    other = paths.runtime / "notes.json"  # not ours: stays
+    other.write_text("{}")
+    daemon = await Daemon(paths).start()
+    try:
+        assert not left.exists() and other.exists()
+    finally:
+        await daemon.stop()

@@ -115,11 +115,12 @@ def cmd_import(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def spooled(raw: bytes) -> Iterator[Path]:
     """``raw`` in a new private file in the run folder, removed afterwards."""
+    from navi_desktop.daemon.files import SPOOL_PREFIX
     from navi_desktop.paths import Paths, ensure_own_dir
 
     folder = Paths.from_env().runtime
     ensure_own_dir(folder, "run folder")
-    fd, name = tempfile.mkstemp(dir=folder, prefix=".import-", suffix=".json")
+    fd, name = tempfile.mkstemp(dir=folder, prefix=SPOOL_PREFIX, suffix=".json")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)

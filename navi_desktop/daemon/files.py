@@ -148,3 +148,22 @@ def trim_log(path: Path) -> bool:
     finally:
         os.close(src)
     return True
+
+
+SPOOL_PREFIX = ".import-"  # an export piped to `navi memory import -`, for the daemon to read
+
+
+def remove_stale_spools(folder: Path) -> int:
+    """At the daemon's start: remove spooled imports a killed CLI left in the run folder (no
+    import can be under way before the daemon listens). They hold memories' text, which a
+    later forget would not reach."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith(SPOOL_PREFIX) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed += 1
+    if removed:
+        log.info("removed %d spooled import(s) left in %s", removed, folder)
+    return removed

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon.files import trim_log
+from navi_desktop.daemon.files import remove_stale_spools, trim_log
 from navi_desktop.daemon.open_profiles import close_idle
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, keep_place
 from navi_desktop.errors import NaviError
@@ -154,6 +154,7 @@ async def serve(
     for name, handler in require_models(handlers).items():
         server.register(name, handler)
     watcher = SettingsWatcher(config_file, on_settings, settings=settings, errors=errors)
+    remove_stale_spools(paths.runtime)  # before clients can start an import
     await server.start()
     await watcher.start()
     await service.recover()
