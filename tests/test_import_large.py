@@ -89,3 +89,14 @@ async def test_a_spooled_import_a_killed_cli_left_is_removed_at_the_start(tmp_pa
         assert not left.exists() and other.exists()
     finally:
         await daemon.stop()
+
+
+def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    from navi_desktop.errors import InvalidInput
+    from navi_desktop.memory.export_file import MAX_IMPORT_BYTES, read_export_file
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:  # sparse: no disk used, and nothing read
+        f.truncate(MAX_IMPORT_BYTES + 1)
+    with pytest.raises(InvalidInput, match="larger than 1024 MiB"):
+        read_export_file(huge)

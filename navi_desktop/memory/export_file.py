@@ -15,6 +15,10 @@ from navi_desktop.memory.export_format import parse_export
 MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
 
 
+def _too_large(source: str) -> str:
+    return f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
+
+
 def read_export_bytes(source: str, stream: BinaryIO) -> dict[str, Any]:
     """The export in ``stream``, checked (``source`` names it in errors)."""
     try:
@@ -24,9 +28,7 @@ def read_export_bytes(source: str, stream: BinaryIO) -> dict[str, Any]:
     if isinstance(raw, str):  # a text stream (a stdin replaced by a test, a wrapper)
         raw = raw.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_IMPORT_BYTES:
-        raise InvalidInput(
-            f"{source}: larger than {MAX_IMPORT_BYTES >> 20} MiB, more than any export holds"
-        )
+        raise InvalidInput(_too_large(source))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -43,10 +45,12 @@ def read_export_file(path: Path, source: str | None = None) -> dict[str, Any]:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_IMPORT_BYTES:
         os.close(fd)
-        what = "it is a directory" if stat.S_ISDIR(mode) else "it is not a regular file"
+        if st.st_size > MAX_IMPORT_BYTES:  # said before a byte of it is read
+            raise InvalidInput(_too_large(source))
+        what = "it is a directory" if stat.S_ISDIR(st.st_mode) else "it is not a regular file"
         raise InvalidInput(f"cannot read {source}: {what}")
     with os.fdopen(fd, "rb") as handle:
         return read_export_bytes(source, handle)
