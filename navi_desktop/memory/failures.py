@@ -108,6 +108,27 @@ def unreadable(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def read_only_fs(path: Path) -> DiskError:
+    """The file system holding ``path`` is mounted read-only: no permission would help. Like
+    a full disk, not a state of the profile: the next call tries again."""
+    error = DiskError(
+        f"cannot write {path}: its file system is read-only (mounted so, or made so after a"
+        " disk error); nothing was changed: mount it read-write again (after a disk error,"
+        " check the disk first: `dmesg`), and Navi writes again by itself"
+    )
+    error.what = "its file system is read-only"  # type: ignore[attr-defined]
+    return error
+
+
+def on_read_only_fs(path: Path) -> bool:
+    for folder in (path, path.parent):
+        try:
+            return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        except OSError:
+            continue
+    return False
+
+
 def _code(exc: BaseException) -> int | None:
     code = getattr(exc, "sqlite_errorcode", None)
     if isinstance(code, int):
@@ -136,6 +157,9 @@ def translate(exc: BaseException, path: Path, *, opening: bool = False) -> NaviE
     if isinstance(exc, OSError) and not hasattr(exc, "sqlite_errorcode"):
         return _translate_os(exc, path, opening)
     code = _code(exc)
+    writing = (SQLITE_READONLY, SQLITE_PERM, SQLITE_CANTOPEN, SQLITE_IOERR)
+    if code in writing and on_read_only_fs(path):
+        return read_only_fs(path)
     if code == SQLITE_FULL:
         return disk_full(path, opening=opening)
     if code == SQLITE_IOERR:
@@ -167,7 +191,7 @@ def _translate_os(exc: OSError, path: Path, opening: bool) -> NaviError:
         where = exc.filename or path
         return unreadable(path, f"permission denied on {where}")
     if exc.errno == errno.EROFS:
-        return unreadable(path, "it is on a read-only file system")
+        return read_only_fs(path)
     if exc.errno == errno.EISDIR:
         return unreadable(path, "it is a folder, not a file")
     return DiskError(f"cannot use {path}: {exc.strerror or exc}; check the disk, then try again")

@@ -16,7 +16,14 @@ from pathlib import Path
 import sqlean
 
 from navi_desktop.errors import NaviError, ProfileForeign
-from navi_desktop.memory.failures import damaged, os_failure, translate, unreadable
+from navi_desktop.memory.failures import (
+    damaged,
+    on_read_only_fs,
+    os_failure,
+    read_only_fs,
+    translate,
+    unreadable,
+)
 
 # PRAGMA application_id marks the file as ours ("NAVI"), so a foreign SQLite file is never touched.
 APPLICATION_ID = 0x4E415649
@@ -69,6 +76,8 @@ def check_file(path: Path) -> int:
     except OSError as exc:
         raise os_failure(exc, path) from exc
     if not os.access(path, os.R_OK | os.W_OK):
+        if on_read_only_fs(path):  # no permission would help
+            raise read_only_fs(path)
         raise unreadable(path, _denied(st))
     if len(head) < HEADER_BYTES and SQLITE_HEADER.startswith(head[:16]):
         raise damaged(path, f"truncated to {st.st_size} bytes")
