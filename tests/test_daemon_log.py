@@ -82,3 +82,15 @@ def test_on_a_full_disk_the_log_stays_whole_and_no_half_copy_is_left(
         assert trim_log(log) is False
         assert log.read_bytes() == lines
         assert not (disk / "daemon.log.1").exists()
+
+
+def test_a_link_planted_at_the_copy_does_not_stop_a_start(tmp_path: Path) -> None:
+    with navi_home() as h:
+        h.state.mkdir(parents=True, exist_ok=True)
+        h.log.write_bytes(b"an old line\n" * (files.LOG_MAX_BYTES // 12 + 1))
+        target = tmp_path / "elsewhere"
+        target.write_text("not the log's\n")
+        h.log.with_name("daemon.log.1").symlink_to(target)
+        h.start()  # the daemon starts; its log is not trimmed
+        assert target.read_text() == "not the log's\n"
+        assert h.log.stat().st_size > files.LOG_MAX_BYTES

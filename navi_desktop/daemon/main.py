@@ -4,6 +4,7 @@ is replaced; SIGTERM, SIGINT and ``daemon.stop`` end every open session before e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
 import logging
 import os
@@ -196,6 +197,7 @@ async def _maintain(service: Any) -> None:
     from navi_desktop.pipeline.maintenance import run_maintenance
 
     last = time.monotonic()
+    untrimmed = ""  # why the log was not trimmed, said once
     while True:
         await asyncio.sleep(RETRY_CHECK_S)
         try:
@@ -204,8 +206,11 @@ async def _maintain(service: Any) -> None:
             log.exception("closing idle profiles failed")
         try:
             trim_log(log_path(service.paths))
+            untrimmed = ""
         except (NaviError, OSError) as exc:  # a file planted at <log>.1: said, and left
-            log.warning("the log was not trimmed: %s", exc)
+            if str(exc) != untrimmed:
+                log.warning("the log was not trimmed: %s", exc)
+            untrimmed = str(exc)
         try:
             await service.retry_due()  # failed session ends, on their backoff schedule
         except Exception:
@@ -285,7 +290,8 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
     ensure_own_dir(paths.state, "state folder")
     ensure_own_dir(paths.runtime, "run folder")
     log_file = log_path(paths)
-    trim_log(log_file)
+    with contextlib.suppress(NaviError, OSError):  # a log not trimmed must not stop a start
+        trim_log(log_file)
     fd = open_private_file(log_file, os.O_WRONLY | os.O_APPEND)
     try:
         start = os.fstat(fd).st_size

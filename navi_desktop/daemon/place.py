@@ -78,6 +78,7 @@ class Lock:
 
 async def keep_place(lock: Lock, server: Listener, stop: asyncio.Event) -> None:
     """Until the daemon stops: its lock and its socket back in place whenever they go."""
+    said = ""  # a problem that lasts is logged once, not every second
     while not stop.is_set():
         await asyncio.sleep(PLACE_CHECK_S)
         try:
@@ -93,4 +94,8 @@ async def keep_place(lock: Lock, server: Listener, stop: asyncio.Event) -> None:
             log.warning("stopping: %s", exc)
             stop.set()
         except OSError as exc:  # a folder made unusable meanwhile: look again later
-            log.warning("cannot put the daemon's files back: %s", exc)
+            if str(exc) != said:
+                log.warning("cannot put the daemon's files back: %s", exc)
+            said = str(exc)
+        else:
+            said = ""
