@@ -7,7 +7,8 @@ local profiles are open at once; at the cap the least recently used one that has
 a minute makes room, and with none such a new profile is refused in one line. A profile
 idle for IDLE_CLOSE_S is closed by the daemon's minute tick. A closed profile opens again
 on its next use. The configured profile, and a profile with an open session, a reply or a
-session end under way, are never closed this way.
+session end under way, or work left to retry (a session end, a forget's scrub), are never
+closed this way.
 """
 
 from __future__ import annotations
