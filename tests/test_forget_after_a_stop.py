@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from navi_desktop.memory.backup import list_backups, make_backup
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.forgetting import finish_scrubs
@@ -87,3 +89,31 @@ async def test_a_whole_forget_leaves_nothing_owed(tmp_path: Path) -> None:
         assert await store.copy_scrubs_pending() == []
         assert await store.retry_copy_scrubs() == []
     assert not holds(list_backups(path)[0], SECRET)
+
+
+async def test_the_daemon_log_is_scrubbed_before_the_forget_is_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The logs cannot be scrubbed later from the note a forget saves (it holds ids, not the
+    text), so the daemon scrubs them before the forget as well as after."""
+    from navi_desktop.daemon.client import RpcCallError
+    from navi_desktop.memory.forget_copies import CopyScrubOps
+    from tests.tui_support import DEAD_HOST, Daemon, make_home
+
+    paths = make_home(tmp_path, DEAD_HOST)
+    daemon = await Daemon(paths).start()
+    try:
+        added = await daemon.call("memory.add", {"args": [f"the vault code is {SECRET}"]})
+        paths.state.mkdir(parents=True, exist_ok=True)
+        log = paths.state / "daemon.log"
+        log.write_text(f"a model's failed answer quoted: the vault code is {SECRET}\n")
+
+        async def stopped(*args: object, **kwargs: object) -> None:  # as if killed here
+            raise RuntimeError("stopped between the forget and its copies")
+
+        monkeypatch.setattr(CopyScrubOps, "_scrub_copies", stopped)
+        with pytest.raises(RpcCallError):
+            await daemon.call("memory.forget", {"args": [added["memory"]["id"]]})
+        assert SECRET not in log.read_text()
+    finally:
+        await daemon.stop()

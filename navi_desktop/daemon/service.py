@@ -380,6 +380,9 @@ class Service(ChatMethods, SessionMethods):
             if forgetting:  # what it matches, to scrub the logs the same way
                 scope = kwargs.get("scope", "everywhere")
                 needles = await store.forget_needles(kwargs["memory_id"], scope)
+                # Before as well as after: a stop after the forget is saved leaves no retry
+                # for the logs (the note it saves holds ids, and this needs the text).
+                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
             result, writes = await memory_params.call(store, method, kwargs)
             if forgetting:
                 await asyncio.to_thread(scrub_logs, self.paths.state, needles)
