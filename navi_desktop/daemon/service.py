@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.daemon import (
     feedback_api,
     memory_api,
-    memory_params,
     ollama_api,
     open_profiles,
     profiles,
@@ -24,6 +23,7 @@ from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
+from navi_desktop.daemon.memory_methods import MemoryMethods
 from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
@@ -34,7 +34,7 @@ from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths, check_profile_name
-from navi_desktop.pipeline.forgetting import after_forget, finish_scrubs, scrub_logs
+from navi_desktop.pipeline.forgetting import finish_scrubs
 from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 
@@ -52,7 +52,7 @@ PROGRESS_EVERY_S = 1.0  # session-end progress notifications, at most this often
 SETTLE_S = 5.0
 
 
-class Service(ChatMethods, SessionMethods):
+class Service(ChatMethods, SessionMethods, MemoryMethods):
     def __init__(self, paths: Paths, settings: Settings, broadcast: Broadcast) -> None:
         self.paths = paths
         self.settings = settings
@@ -302,12 +302,6 @@ class Service(ChatMethods, SessionMethods):
                 await self.broadcast("memory", "memory.scrubbed", {"profile": profile, "ids": ids})
         return started
 
-    async def _after_forget(self, store: MemoryStore) -> None:
-        try:
-            await after_forget(store, self.backend(), self.end_settings)
-        except Exception:  # a rewrite is cosmetic: the forgotten text is already gone
-            log.exception("rewriting after a forget failed")
-
     async def shutdown(self, budget_s: float = 20.0) -> None:
         """End every open session within ``budget_s``, then close the files."""
         for task in list(self._turns.values()):
@@ -362,40 +356,6 @@ class Service(ChatMethods, SessionMethods):
         methods |= profiles.handlers(self)
         methods |= {name: self._memory_handler(name) for name in memory_api.METHODS}
         return require_models(methods)  # a method that declares no parameters is refused
-
-    async def _embed_quietly(self, store: MemoryStore) -> None:
-        try:
-            await store.backfill_embeddings(messages=False)
-        except Exception as exc:  # no embedding model now: text search works, retried later
-            log.info("embedding later: %s", exc)
-
-    def _memory_handler(self, method: str) -> Handler:
-        model = memory_params.model_for(method)  # none: refused here, at registration
-
-        async def handle(params: dict[str, Any], peer: Any) -> Any:
-            name, kwargs = memory_params.arguments(method, params)
-            profile = self.profile(name)
-            store = await self.store(profile)
-            forgetting = method == "memory.forget"
-            if forgetting:  # what it matches, to scrub the logs the same way
-                scope = kwargs.get("scope", "everywhere")
-                needles = await store.forget_needles(kwargs["memory_id"], scope)
-                # Before as well as after: a stop after the forget is saved leaves no retry
-                # for the logs (the note it saves holds ids, and this needs the text).
-                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
-            result, writes = await memory_params.call(store, method, kwargs)
-            if forgetting:
-                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
-                self._spawn(self._after_forget(store))  # redacted summaries read well again
-            if writes:
-                self._spawn(self._embed_quietly(store))
-                await self.broadcast(
-                    "memory", "memory.changed", {"profile": profile, "method": method}
-                )
-            return result
-
-        handle.params_model = model  # type: ignore[attr-defined]
-        return handle
 
     async def ollama_health(self, max_age_s: float = 0.0) -> Health:
         """Ollama's state: the last check when it is younger than ``max_age_s``, else a new one

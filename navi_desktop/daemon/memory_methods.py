@@ -1,0 +1,60 @@
+"""The daemon's ``memory.*`` methods, mixed into :class:`~navi_desktop.daemon.service.Service`:
+each runs the profile's store method (memory_params.py declares its parameters), then what a
+write or a forget leaves to do: embedding, the logs' scrub, rewriting redacted summaries."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from navi_desktop.daemon import memory_params
+from navi_desktop.pipeline.forgetting import after_forget, scrub_logs
+
+if TYPE_CHECKING:
+    from navi_desktop.daemon.service import Handler, Service
+    from navi_desktop.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
+
+
+class MemoryMethods:
+    def _memory_handler(self: Service, method: str) -> Handler:
+        model = memory_params.model_for(method)  # none: refused here, at registration
+
+        async def handle(params: dict[str, Any], peer: Any) -> Any:
+            name, kwargs = memory_params.arguments(method, params)
+            profile = self.profile(name)
+            store = await self.store(profile)
+            forgetting = method == "memory.forget"
+            if forgetting:  # what it matches, to scrub the logs the same way
+                scope = kwargs.get("scope", "everywhere")
+                needles = await store.forget_needles(kwargs["memory_id"], scope)
+                # Before as well as after: a stop after the forget is saved leaves no retry
+                # for the logs (the note it saves holds ids, and this needs the text).
+                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
+            result, writes = await memory_params.call(store, method, kwargs)
+            if forgetting:
+                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
+                self._spawn(self._after_forget(store))  # redacted summaries read well again
+            if writes:
+                self._spawn(self._embed_quietly(store))
+                await self.broadcast(
+                    "memory", "memory.changed", {"profile": profile, "method": method}
+                )
+            return result
+
+        handle.params_model = model  # type: ignore[attr-defined]
+        return handle
+
+    async def _after_forget(self: Service, store: MemoryStore) -> None:
+        try:
+            await after_forget(store, self.backend(), self.end_settings)
+        except Exception:  # a rewrite is cosmetic: the forgotten text is already gone
+            log.exception("rewriting after a forget failed")
+
+    async def _embed_quietly(self: Service, store: MemoryStore) -> None:
+        try:
+            await store.backfill_embeddings(messages=False)
+        except Exception as exc:  # no embedding model now: text search works, retried later
+            log.info("embedding later: %s", exc)
