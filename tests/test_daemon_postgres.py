@@ -521,3 +521,40 @@ async def test_a_delete_or_forget_after_an_outage_is_not_undone_by_the_outbox(
         said = [m.content for m in await check.messages(kept["session_id"])]
     assert "my diary starts here" in said
     assert not any("moved to Lisbon" in text or "4711" in text for text in said), said
+
+
+async def test_what_the_outbox_kept_arrives_without_a_value_forgotten_meanwhile_elsewhere(
+    tmp_path, pg_dsn, proxy
+):
+    """A laptop away from the server keeps what its user types; meanwhile the desktop forgets
+    a value everywhere. The laptop's replay, said before that forget, arrives without it;
+    what is said after the forget is kept as said."""
+    name = profile_name()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        laptop = server_service(tmp_path / "laptop", fake.url, proxy.dsn, name, [])
+        desktop = server_service(tmp_path / "desktop", fake.url, pg_dsn, name, [])
+        try:
+            first = await laptop.chat_send({"text": "hello from the laptop"}, Peer())
+            sid = first["session_id"]
+            added = await desktop.handlers()["memory.add"](
+                {"args": ["the vault code is zorbquux"]}, Peer()
+            )
+            await proxy.down()
+            await laptop.chat_send(
+                {"text": "note: the vault code is zorbquux, keep it", "session_id": sid}, Peer()
+            )
+            forget = {"args": [added["memory"]["id"]], "kwargs": {"scope": "everywhere"}}
+            await desktop.handlers()["memory.forget"](forget, Peer())
+            await desktop.chat_send({"text": "the vault code is zorbquux again"}, Peer())
+            await proxy.up()
+            await laptop.retry_due()
+            assert not list((tmp_path / "laptop").rglob("outbox.db"))
+        finally:
+            await laptop.shutdown(budget_s=5)
+            await desktop.shutdown(budget_s=5)
+
+    (said,) = await on_server(pg_dsn, name, sid)
+    assert ("user", "note: [forgotten], keep it") in said, said
+    async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
+        later = [m.content for s in await check.list_sessions() for m in await check.messages(s.id)]
+    assert "the vault code is zorbquux again" in later  # said after the forget: kept

@@ -245,6 +245,35 @@ class ForgetCommon:
                 return True
         return False
 
+    async def redact_forgotten_since(self: Store, text: str, said_at: str) -> str:
+        """``text`` with the phrases forgotten everywhere after ``said_at`` redacted: a
+        message said before a forget and arriving after it (the outbox of a machine that was
+        away from the memory server). What is said after a forget is kept as said."""
+        async with self.db.reading():
+            found = await self._forgotten_since(text, said_at)
+        redacted, _ = Matcher.of(found).redact(text) if found else (text, 0)
+        return redacted if redacted is not None else text
+
+    async def _forgotten_since(self: Store, text: str, said_at: str) -> list[str]:
+        lengths = [
+            r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
+        ]
+        if not lengths:
+            return []
+        secret = await self._tomb_key()
+        by_hash = {keyed_hash(secret, f"phrase\x1f{p}"): p for p in phrases(text, lengths)}
+        ordered = sorted(by_hash)
+        found: list[str] = []
+        for start in range(0, len(ordered), PHRASE_CHUNK):
+            part = ordered[start : start + PHRASE_CHUNK]
+            rows = await self.db.fetchall(
+                f"SELECT hash FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(part))})"
+                " AND created_at > ?",
+                [*part, said_at],
+            )
+            found += [by_hash[r[0]] for r in rows]
+        return found
+
     async def _lift_tombstones(self: Store, kind: str, norm_key: str | None, value: str) -> None:
         """The user saying it again, by hand, lifts its tombstones."""
         fact_hash, value_hash = await self._tomb_hashes(kind, norm_key, value)

@@ -156,9 +156,12 @@ class BufferedStore:
         sent = 0
         for row in await self.outbox.pending():
             if row["kind"] == "session":
+                title = row["title"] and await self._answer(
+                    "redact_forgotten_since", row["title"], row["at"]
+                )
                 with contextlib.suppress(InvalidInput):  # already there: an earlier replay
                     await self._answer(
-                        "create_session", row["title"], session_id=row["session_id"], at=row["at"]
+                        "create_session", title, session_id=row["session_id"], at=row["at"]
                     )
             elif not await self._already_sent(row):
                 await self._send(row)
@@ -170,7 +173,9 @@ class BufferedStore:
 
     async def _send(self, row: Any) -> None:
         meta = json.loads(row["meta"]) if row["meta"] else None
-        args = ("save_message", row["session_id"], row["role"], row["content"])
+        # Said before a forget made meanwhile on another machine: it arrives without it.
+        content = await self._answer("redact_forgotten_since", row["content"], row["at"])
+        args = ("save_message", row["session_id"], row["role"], content)
         kwargs = {"name": row["name"], "at": row["at"], "meta": meta}
         try:
             await self._answer(*args, **kwargs)
