@@ -4,6 +4,7 @@ a turn in a stored or an incognito session, one at a time per session, regenerat
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -21,11 +22,22 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 
+log = logging.getLogger(__name__)
+MAX_INCOGNITO = 64  # incognito sessions kept at once (in memory only)
+
+
 class ChatMethods:
     def incognito_session(self: Service, session_id: str) -> IncognitoSession | None:
         return self._incognito.get(session_id)
 
     def _new_incognito(self: Service) -> IncognitoSession:
+        """A new incognito session. They live in the daemon's memory only, until discarded or
+        kept; past MAX_INCOGNITO the least recently used one not answering goes (each `navi
+        chat --incognito` leaves one, and a script of them grew the daemon without end)."""
+        idle = [sid for sid in self._incognito if sid not in self._turns]
+        for sid in idle[: max(0, len(self._incognito) + 1 - MAX_INCOGNITO)]:
+            del self._incognito[sid]  # the oldest first: use moves a session to the end
+            log.info("discarded incognito session %s (more than %d)", sid, MAX_INCOGNITO)
         session = IncognitoSession(read_memory=self.settings.incognito.read_memory)
         self._incognito[session.id] = session
         return session
@@ -56,9 +68,10 @@ class ChatMethods:
         profile = self.profile(params.profile)
         session_id = params.session_id
         if params.incognito or session_id in self._incognito:
-            session = self._incognito.get(session_id) if session_id else None
+            session = self._incognito.pop(session_id, None) if session_id else None
             if session is None:
                 session = self._new_incognito()
+            self._incognito[session.id] = session  # the most recently used, last
             store = await self._incognito_memory(session, profile)
             turn = run_incognito_turn(
                 session=session, store=store, text=text, **self._turn_args(peer)
