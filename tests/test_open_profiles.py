@@ -129,3 +129,22 @@ async def test_the_start_keeps_open_only_what_it_has_to_recover(tmp_path: Path) 
         assert service.profiles == ["p2"]
     finally:
         await service.shutdown(budget_s=5)
+
+
+async def test_a_second_name_for_an_open_profiles_file_is_refused(tmp_path: Path) -> None:
+    """On a file system that ignores case, "Work" is the folder of "work"; a linked folder
+    is the same on any. Two stores on one file would each keep their own sessions and
+    search index of it."""
+    service = service_at(tmp_path)
+    try:
+        work = await service.store("work")
+        await work.add_memory("likes tea")
+        folder = service.paths.profile_db("work").parent
+        folder.with_name("Work").symlink_to(folder, target_is_directory=True)
+        with pytest.raises(InvalidInput) as refused:
+            await service.store("Work")
+        assert "is the open profile 'work' under another name" in str(refused.value)
+        assert "use 'work'" in str(refused.value) and "\n" not in str(refused.value)
+        assert service.profiles == ["work"]
+    finally:
+        await service.shutdown(budget_s=5)

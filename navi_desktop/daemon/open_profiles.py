@@ -14,7 +14,9 @@ closed this way.
 from __future__ import annotations
 
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput, NaviError
@@ -97,3 +99,24 @@ async def make_room(service: Service, profile: str) -> None:
         " its last use; try again then, or stop the daemon (`navi daemon stop`) to close"
         " them all"
     )
+
+
+def refuse_alias(service: Service, profile: str, path: Path) -> None:
+    """Refuse ``profile`` when its file is an open profile's under another name: on a file
+    system that ignores case "Work" and "work" are one folder, and a linked folder is
+    another way. Two stores on one file would each keep their own sessions, timers and
+    search index of it."""
+    from navi_desktop.memory.store import MemoryStore
+
+    try:
+        st = os.stat(path)  # through a link too: a linked file is the same file
+    except OSError:
+        return  # a new profile (no file yet), or the open says what is wrong
+    file = (st.st_dev, st.st_ino)
+    for other, store in list(service._stores.items()):
+        if other != profile and isinstance(store, MemoryStore) and store.db.file_identity == file:
+            raise InvalidInput(
+                f"profile {profile!r} is the open profile {other!r} under another name"
+                f" ({path}: a file system that ignores case, or a linked folder):"
+                f" use {other!r}"
+            )

@@ -99,6 +99,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
                 return self._stores[profile]
             path = self.paths.profile_db(profile)
             self.profile_errors.check(profile, path)  # a damaged file is not opened again
+            open_profiles.refuse_alias(self, profile, path)
             if profile not in self._opening:
                 await open_profiles.make_room(self, profile)
             if profile not in self._opening:

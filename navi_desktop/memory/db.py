@@ -124,6 +124,11 @@ class Database:
             log.warning("%s", self._gone)
         raise ProfileMoved(str(self._gone))  # a new instance: tracebacks do not pile up
 
+    @property
+    def file_identity(self) -> tuple[int, int] | None:
+        """The file this connection has open (device, inode), as it was at the open."""
+        return self._identity
+
     def note_log_files(self) -> None:
         """Remember which log files are this file's (made by its first transaction): once
         the file is moved away, only those are removed from the path (replace_moved)."""
