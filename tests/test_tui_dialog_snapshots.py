@@ -97,17 +97,6 @@ async def dialog(pilot: Any, *keys: str) -> None:
     await until(pilot, lambda: isinstance(pilot.app.screen, Dialog))
     await pilot.pause(0.2)
     still(pilot.app)
-    await repainted(pilot)
-
-
-async def repainted(pilot: Any) -> None:
-    """Every widget on every screen drawn again whole. Under load a widget is sometimes
-    drawn in parts (a field a key changed goes first, frames.py), which can leave one run
-    of a colour as two rectangles: the same picture, but a different SVG."""
-    for screen in pilot.app.screen_stack:
-        for widget in screen.walk_children():
-            widget.refresh()
-    await pilot.pause(0.1)
 
 
 def snap(snap_compare: Any, daemon: ThreadedDaemon, run_before: Any, size: Any, **kw: Any) -> Any:
