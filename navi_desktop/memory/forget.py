@@ -225,53 +225,44 @@ class ForgetCommon:
 
     async def _forgotten_phrase(self: Store, texts: Iterable[str | None]) -> bool:
         """Whether any text contains a phrase forgotten everywhere (as whole words)."""
-        lengths = [
-            r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
-        ]
-        if not lengths:
-            return False
-        secret = await self._tomb_key()
-        hashes = {
-            keyed_hash(secret, f"phrase\x1f{p}") for t in texts if t for p in phrases(t, lengths)
-        }
-        ordered = sorted(hashes)
-        for start in range(0, len(ordered), PHRASE_CHUNK):  # a server's statement: 32,767 at most
-            part = ordered[start : start + PHRASE_CHUNK]
-            if await self.db.scalar(
-                f"SELECT 1 FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(part))})"
-                " LIMIT 1",
-                part,
-            ):
-                return True
-        return False
+        return bool(await self._forgotten_phrases(texts, first=True))
 
     async def redact_forgotten_since(self: Store, text: str, said_at: str) -> str:
         """``text`` with the phrases forgotten everywhere after ``said_at`` redacted: a
         message said before a forget and arriving after it (the outbox of a machine that was
         away from the memory server). What is said after a forget is kept as said."""
         async with self.db.reading():
-            found = await self._forgotten_since(text, said_at)
+            found = await self._forgotten_phrases([text], since=said_at)
         redacted, _ = Matcher.of(found).redact(text) if found else (text, 0)
         return redacted if redacted is not None else text
 
-    async def _forgotten_since(self: Store, text: str, said_at: str) -> list[str]:
+    async def _forgotten_phrases(
+        self: Store, texts: Iterable[str | None], *, since: str | None = None, first: bool = False
+    ) -> list[str]:
+        """The phrases of ``texts`` forgotten everywhere (after ``since``), found by their
+        keyed hashes; with ``first``, no more than the first batch that has one."""
         lengths = [
             r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
         ]
         if not lengths:
             return []
         secret = await self._tomb_key()
-        by_hash = {keyed_hash(secret, f"phrase\x1f{p}"): p for p in phrases(text, lengths)}
+        by_hash = {
+            keyed_hash(secret, f"phrase\x1f{p}"): p for t in texts if t for p in phrases(t, lengths)
+        }
         ordered = sorted(by_hash)
+        when = " AND created_at > ?" if since is not None else ""
         found: list[str] = []
-        for start in range(0, len(ordered), PHRASE_CHUNK):
+        for start in range(0, len(ordered), PHRASE_CHUNK):  # a server's statement: 32,767 at most
             part = ordered[start : start + PHRASE_CHUNK]
             rows = await self.db.fetchall(
                 f"SELECT hash FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(part))})"
-                " AND created_at > ?",
-                [*part, said_at],
+                f"{when}{' LIMIT 1' if first else ''}",
+                [*part, *([since] if since is not None else [])],
             )
             found += [by_hash[r[0]] for r in rows]
+            if first and found:
+                break
         return found
 
     async def _lift_tombstones(self: Store, kind: str, norm_key: str | None, value: str) -> None:
