@@ -117,3 +117,33 @@ async def test_the_daemon_log_is_scrubbed_before_the_forget_is_saved(
         assert SECRET not in log.read_text()
     finally:
         await daemon.stop()
+
+
+async def test_a_full_disk_when_the_copies_are_done_keeps_the_note_not_the_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forget is saved and its copies scrubbed; only crossing out its note does not fit.
+    Before, that raised "disk full: this change was not saved" for a forget that was saved."""
+    from navi_desktop.errors import DiskFull
+    from navi_desktop.memory.forget_copies import COPIES_KEY
+
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        added = await store.add_memory(f"the vault code is {SECRET}")
+    await asyncio.to_thread(make_backup, path)
+    async with await MemoryStore.open(path) as store:
+        set_meta = type(store)._set_meta
+
+        async def full(self: MemoryStore, key: str, value: object) -> None:
+            if key == COPIES_KEY and value is None:  # crossing the note out
+                raise DiskFull("disk full: 0.0 MB free")
+            await set_meta(self, key, value)
+
+        monkeypatch.setattr(type(store), "_set_meta", full)
+        report = await store.forget(added.memory.id)
+        assert report.backups == 1 and report.forgotten == [added.memory.id]
+        monkeypatch.undo()
+        assert [p["ids"] for p in await store.copy_scrubs_pending()] == [[added.memory.id]]
+        await finish_scrubs(store)  # space is back: the retry finds nothing left to do
+        assert await store.copy_scrubs_pending() == []
+    assert not holds(list_backups(path)[0], SECRET)

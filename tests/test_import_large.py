@@ -100,3 +100,19 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path: Path) -> N
         f.truncate(MAX_IMPORT_BYTES + 1)
     with pytest.raises(InvalidInput, match="larger than 1024 MiB"):
         read_export_file(huge)
+
+
+def test_a_piped_import_on_a_full_disk_is_one_line_and_leaves_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from navi_desktop.cli.transfer import spooled
+    from navi_desktop.errors import DiskFull
+    from tests.test_disk_full import fill, small_disk
+
+    with small_disk(tmp_path / "disk", "4m") as disk:
+        monkeypatch.setenv("NAVI_HOME", str(disk / "home"))
+        fill(disk)
+        with pytest.raises(DiskFull, match="disk full"), spooled(b"{}" * (1 << 20)):
+            pass
+        run = disk / "home" / "run"
+        assert not [p for p in run.iterdir() if p.name.startswith(".import-")]

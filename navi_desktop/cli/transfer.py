@@ -116,14 +116,18 @@ def cmd_import(args: argparse.Namespace) -> int:
 def spooled(raw: bytes) -> Iterator[Path]:
     """``raw`` in a new private file in the run folder, removed afterwards."""
     from navi_desktop.daemon.files import SPOOL_PREFIX
+    from navi_desktop.memory.failures import os_failure
     from navi_desktop.paths import Paths, ensure_own_dir
 
     folder = Paths.from_env().runtime
     ensure_own_dir(folder, "run folder")
     fd, name = tempfile.mkstemp(dir=folder, prefix=SPOOL_PREFIX, suffix=".json")
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(raw)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(raw)
+        except OSError as exc:  # a full disk: one line, and no half file left
+            raise os_failure(exc, Path(name)) from exc
         yield Path(name)
     finally:
         with contextlib.suppress(OSError):

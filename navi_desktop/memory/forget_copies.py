@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import NaviError
+from navi_desktop.errors import DiskError, DiskFull, NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.db import DbError
 
@@ -99,6 +99,9 @@ class CopyScrubOps:
             except (NaviError, DbError, OSError) as exc:
                 log.warning("backup %s not scrubbed: %s", path, exc)
                 report.unscrubbed.append(f"{path}: {exc}")
-        async with self.db.transaction():
-            left = [p for p in await self._copies_pending() if p["ids"] != ids]
-            await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
+        try:
+            async with self.db.transaction():
+                left = [p for p in await self._copies_pending() if p["ids"] != ids]
+                await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
+        except (DiskFull, DiskError) as exc:  # the forget is saved: the note stays, the
+            log.warning("forget's note kept for a retry: %s", exc)  # retry finds no more
