@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon.files import remove_stale_spools, trim_log
 from navi_desktop.daemon.open_profiles import close_idle
-from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, keep_place
+from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, holder, keep_place
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths, ensure_own_dir
 
@@ -41,25 +41,8 @@ def lock_path(paths: Paths) -> Path:
 
 
 def lock_holder(paths: Paths) -> int | None:
-    """The pid written in the lock file when that process is alive (None: no daemon, as far
-    as a client can tell without taking the lock)."""
-    try:
-        fd = os.open(lock_path(paths), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        text = os.read(fd, 32).decode(errors="replace").strip()
-    finally:
-        os.close(fd)
-    if not text.isdigit():
-        return None
-    try:
-        os.kill(int(text), 0)
-    except ProcessLookupError:
-        return None
-    except PermissionError:  # alive, another user's: not a daemon of ours
-        return None
-    return int(text)
+    """The running daemon's pid, as the lock file says (place.holder)."""
+    return holder(lock_path(paths))
 
 
 def call_when_back(paths: Paths, method: str, params: dict[str, Any], timeout: float) -> Any:

@@ -48,7 +48,7 @@ class Lock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            holder = _pid_in(fd) or "?"
             os.close(fd)
             raise DaemonRunning(
                 f"a Navi daemon is already running (pid {holder}); stop it with `navi daemon stop`"
@@ -74,6 +74,30 @@ class Lock:
 
     def release(self) -> None:
         os.close(self.fd)
+
+
+def _pid_in(fd: int) -> str:
+    return os.read(fd, 32).decode(errors="replace").strip()
+
+
+def holder(path: Path) -> int | None:
+    """The pid written in the lock file at ``path`` when that process is alive (None: no
+    daemon, as far as a client can tell without taking the lock)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        text = _pid_in(fd)
+    finally:
+        os.close(fd)
+    if not text.isdigit():
+        return None
+    try:
+        os.kill(int(text), 0)
+    except (ProcessLookupError, PermissionError):  # gone, or another user's: not ours
+        return None
+    return int(text)
 
 
 async def keep_place(lock: Lock, server: Listener, stop: asyncio.Event) -> None:

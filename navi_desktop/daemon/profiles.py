@@ -94,8 +94,7 @@ async def restore(service: Service, profile: str, backup: Path) -> dict[str, Any
             await asyncio.shield(service._opening[profile])
     outcome: dict[str, Any] = {}
     old = service._stores.pop(profile, None)
-    for key in [k for k in service._timers if k[0] == profile]:
-        service._timers.pop(key).cancel()  # those sessions belong to the file being replaced
+    _cancel_timers(service, profile)
 
     async def swap() -> MemoryStore:
         if old is not None:
@@ -124,8 +123,7 @@ def replace_moved(service: Service, profile: str) -> None:
     from navi_desktop.memory.store import MemoryStore
 
     old = service._stores.pop(profile)
-    for key in [k for k in service._timers if k[0] == profile]:
-        service._timers.pop(key).cancel()  # those sessions are in the old file
+    _cancel_timers(service, profile)
     path = service.paths.profile_db(profile)
 
     async def reopen() -> MemoryStore:
@@ -142,6 +140,12 @@ def replace_moved(service: Service, profile: str) -> None:
     service._spawn(
         service.broadcast("memory", "memory.changed", {"profile": profile, "method": "moved"})
     )
+
+
+def _cancel_timers(service: Service, profile: str) -> None:
+    """The profile's inactivity timers: their sessions belong to the file being let go."""
+    for key in [k for k in service._timers if k[0] == profile]:
+        service._timers.pop(key).cancel()
 
 
 def _drop_stale_log(old: MemoryStore) -> None:

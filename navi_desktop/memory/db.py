@@ -58,6 +58,7 @@ class Database:
         self.path = path
         self.lock = asyncio.Lock()
         self._in_tx = False
+        self._held = False  # under reading(), which has called verify()
         self._commits = 0
         self._changes_at_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
@@ -269,11 +270,15 @@ class Database:
         """Serialise reads with writes on the single connection."""
         async with self.lock:
             self.verify()
-            yield self
+            self._held = True
+            try:
+                yield self
+            finally:
+                self._held = False
 
     async def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> int:
         """Run a statement; returns the rows it touched (an id: INSERT ... RETURNING id)."""
-        if not self._in_tx:
+        if not (self._in_tx or self._held):  # else checked at the start of it
             self.verify()
         try:
             cur = await self.conn.execute(sql, params)
@@ -287,7 +292,7 @@ class Database:
         return cur.rowcount
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        if not self._in_tx:
+        if not (self._in_tx or self._held):  # else checked at the start of it
             self.verify()
         try:
             await self.conn.executemany(sql, rows)
@@ -306,7 +311,7 @@ class Database:
         return results  # type: ignore[return-value]
 
     async def fetchall(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> list[Any]:
-        if not self._in_tx:
+        if not (self._in_tx or self._held):  # else checked at the start of it
             self.verify()
         try:
             return list(await self.conn.execute_fetchall(sql, params))
