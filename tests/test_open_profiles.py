@@ -148,3 +148,26 @@ async def test_a_second_name_for_an_open_profiles_file_is_refused(tmp_path: Path
         assert service.profiles == ["work"]
     finally:
         await service.shutdown(budget_s=5)
+
+
+async def test_a_profile_used_while_its_idleness_is_checked_stays_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks read the file (sessions to end, scrubs to finish); a request that comes
+    meanwhile must not find its store closed under it ("closed while in use")."""
+    service = service_at(tmp_path)
+    try:
+        held = await service.store("p1")
+        ask = type(held).sessions_to_process
+
+        async def slow(self, *args, **kwargs):  # a request arrives during the check
+            await service.store("p1")
+            return await ask(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(held), "sessions_to_process", slow)
+        assert await open_profiles.close_idle(service, idle_s=0.0) == 0
+        assert "p1" in service.profiles
+        await held.list_memories()  # still open
+    finally:
+        monkeypatch.undo()
+        await service.shutdown(budget_s=5)

@@ -55,7 +55,11 @@ async def _closable(service: Service, profile: str, idle_s: float) -> bool:
         return True  # a file that fails: closing loses nothing, and its next use says why
 
 
-async def _close(service: Service, profile: str, why: str) -> None:
+async def _close(service: Service, profile: str, why: str, checked: float) -> bool:
+    """Close ``profile`` unless it was used, or replaced, since ``checked`` (the checks
+    await the file: a request may have come meanwhile)."""
+    if profile not in service._stores or service._used.get(profile, 0.0) > checked:
+        return False
     store = service._stores.pop(profile)
     service._used.pop(profile, None)
     try:
@@ -64,22 +68,24 @@ async def _close(service: Service, profile: str, why: str) -> None:
         log.warning("closing profile %s (%s): %s", profile, why, exc)
     else:
         log.info("closed profile %s (%s)", profile, why)
+    return True
 
 
 async def close_idle(service: Service, idle_s: float = IDLE_CLOSE_S) -> int:
     """Close the profiles idle for ``idle_s``; how many."""
     closed = 0
     for profile in _local(service):
+        checked = time.monotonic()
         if profile in service._stores and await _closable(service, profile, idle_s):
-            await _close(service, profile, f"unused for {idle_s:.0f} s")
-            closed += 1
+            closed += await _close(service, profile, f"unused for {idle_s:.0f} s", checked)
     return closed
 
 
 async def release(service: Service, profile: str) -> None:
     """Close ``profile`` now if nothing keeps it open (the start's recovery, done with it)."""
+    checked = time.monotonic()
     if profile in service._stores and await _closable(service, profile, 0.0):
-        await _close(service, profile, "nothing to recover")
+        await _close(service, profile, "nothing to recover", checked)
 
 
 async def make_room(service: Service, profile: str) -> None:
@@ -90,9 +96,10 @@ async def make_room(service: Service, profile: str) -> None:
     open_now = _local(service)
     if len(open_now) + len(service._opening) < MAX_OPEN:
         return
-    for profile in sorted(open_now, key=lambda p: service._used.get(p, 0.0)):
-        if profile in service._stores and await _closable(service, profile, ROOM_IDLE_S):
-            await _close(service, profile, "room for another")
+    for other in sorted(open_now, key=lambda p: service._used.get(p, 0.0)):
+        checked = time.monotonic()
+        idle = other in service._stores and await _closable(service, other, ROOM_IDLE_S)
+        if idle and await _close(service, other, "room for another", checked):
             return
     raise InvalidInput(
         f"too many memory profiles in use at once ({MAX_OPEN}): one is closed a minute after"
