@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 COPIES_KEY = "pending_copy_scrubs"
 Needles = tuple["Matcher", set[str]]
+NeedlesFor = Callable[[list[Any], str], Needles]  # a copy's rows -> their needles
 
 
 class CopyScrubOps:
@@ -66,7 +68,6 @@ class CopyScrubOps:
         each copy's rows of ``ids`` give theirs). A copy that cannot be opened is reported,
         and not tried again: the record is cleared once every copy was tried."""
         from navi_desktop.memory.backup import list_backups
-        from navi_desktop.memory.store import MemoryStore as Store
 
         running = getattr(self.db, "_backup", None)  # a daily backup being made right now
         if running is not None:
@@ -78,23 +79,7 @@ class CopyScrubOps:
 
         for path in await asyncio.to_thread(copies):
             try:
-                copy = await Store.open(path, create=False)
-                try:
-                    async with copy.db.transaction():
-                        marks = ",".join("?" * len(ids))
-                        rows = await copy.db.fetchall(
-                            f"SELECT * FROM memories WHERE id IN ({marks})", ids
-                        )
-                        # None and no rows: made before the memory, or already scrubbed
-                        owed = needles is not None or bool(rows)
-                        if owed:
-                            matcher, same = needles or self._needles_for(rows, report.scope)
-                            await copy._forget_rows(rows, matcher, same)
-                    if owed and (why := await copy._purge_free_space(ids)):
-                        raise NaviError(f"its old pages still hold it: {why}")
-                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
-                finally:
-                    await copy.close()
+                await self._scrub_copy(path, ids, needles, report.scope)
                 report.backups += 1
             except (NaviError, DbError, OSError) as exc:
                 log.warning("backup %s not scrubbed: %s", path, exc)
@@ -105,3 +90,32 @@ class CopyScrubOps:
                 await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
         except (DiskFull, DiskError) as exc:  # the forget is saved: the note stays, the
             log.warning("forget's note kept for a retry: %s", exc)  # retry finds no more
+
+    async def _scrub_copy(
+        self: MemoryStore, path: Path, ids: list[int], needles: Needles | None, scope: str
+    ) -> None:
+        from navi_desktop.memory.store import MemoryStore as Store
+
+        copy = await Store.open(path, create=False)
+        try:
+            owed = await copy._forget_in_copy(ids, needles or self._needles_for, scope)
+            if owed and (why := await copy._purge_free_space(ids)):  # no retry of a backup
+                raise NaviError(f"its old pages still hold it: {why}")
+            await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
+        finally:
+            await copy.close()
+
+    async def _forget_in_copy(
+        self: MemoryStore, ids: list[int], needles: Needles | NeedlesFor, scope: str
+    ) -> bool:
+        """In this copy: forget ``ids`` and redact; False when it owes nothing (a retry's
+        copy made before the memory, or already scrubbed)."""
+        async with self.db.transaction():
+            marks = ",".join("?" * len(ids))
+            rows = await self.db.fetchall(f"SELECT * FROM memories WHERE id IN ({marks})", ids)
+            if callable(needles):
+                if not rows:
+                    return False
+                needles = needles(rows, scope)
+            await self._forget_rows(rows, *needles)
+        return True
