@@ -3,6 +3,8 @@ and the fake Ollama on loopback."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from navi_desktop.daemon.client import RemoteNotFound
@@ -129,6 +131,29 @@ async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake,
         await until(pilot, lambda: app.screen is used and not used.injections)
     with pytest.raises(RemoteNotFound):
         await daemon.call("memory.get", {"args": [memory_id]})
+
+
+async def test_the_reply_counts_as_done_only_once_its_view_knows_its_turn(
+    fake, daemon, monkeypatch
+):
+    # A slow finish (a long reply's last render on a busy machine) must not leave a moment in
+    # which the reply looks done but F5 answers "Nothing was recorded for this message".
+    slow_finish = MessageView.finish
+
+    async def finish(self, *args, **kwargs):
+        await asyncio.sleep(0.3)
+        await slow_finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(MessageView, "finish", finish)
+    fake.script(Reply("Noted."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await say(app, pilot, "hello")
+        assert replies(app) == ["Noted."]
+        assert views(app)[-1].user_message_id is not None
+        await pilot.press("f5")
+        await until(pilot, lambda: isinstance(app.screen, UsedScreen))
 
 
 async def test_forgetting_redacts_the_open_transcript_and_the_sessions_list(fake, daemon):

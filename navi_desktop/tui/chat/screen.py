@@ -201,14 +201,12 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         try:
             result = await link.call(method, params)
         except Exception as err:
-            self.reply = None
             if self._stopping:  # stopped before the first token: not an error
                 await reply.finish(reply.text, note=STOPPED)
             else:
                 await reply.finish(reply.text, note=f"⚠ {err}")
                 self.navi.report(err, "The reply")
         else:
-            self.reply = None
             if self.navi.status.missing_models:  # it answered: the model may be there now
                 self.navi.check_models()
             await reply.finish(
@@ -218,7 +216,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
                 note=reply_note(result),
             )
         finally:
-            self.reply = None
+            self.reply = None  # only now: until the view is finished, F5 and R have no turn
             self._stopping = False
             if self._unlisted:  # no reply came, but the message is stored
                 self._unlisted = False
