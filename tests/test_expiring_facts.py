@@ -297,6 +297,14 @@ async def test_confirm_refuses_what_is_not_a_current_fact(store):
     assert await memory_rows(store) == before
 
 
+async def test_the_fix_for_an_expired_fact_names_its_profile(tmp_path):
+    async with await MemoryStore.open(tmp_path / "profiles" / "work" / "memory.db") as work:
+        gone = await berlin(work, expires_at=iso(datetime.now(UTC) + timedelta(days=2)))
+        await expire(work, gone)
+        with pytest.raises(InvalidInput, match=f"edit {gone} --expires 7d --profile work,"):
+            await work.confirm(gone)
+
+
 # -- export and import --------------------------------------------------------------------------
 
 

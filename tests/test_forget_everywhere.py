@@ -198,7 +198,7 @@ def test_the_preview_names_the_session_it_was_learned_in_and_how_to_delete_it(en
     [line] = [line for line in shown.stdout.splitlines() if line.startswith("Learned in ")]
     assert line.endswith(
         f": other wordings of it there stay. Delete the session to remove them:"
-        f" navi sessions delete {session}"
+        f" navi sessions delete {session} --profile tester"
     )
     [kept] = json.loads(preview("--json").stdout)["preview"]["kept_sessions"]
     assert kept["id"] == session and kept["messages"] >= 2

@@ -6,13 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 
 SAID = "we finally moved into our flat by the river in Portugal's capital"
-LINE = (
+LEARNED = (
     "Learned in the session that starts \u201cwe finally moved into our flat by the river in"
     " Portugal's ca\u2026\u201d, 2 messages: other wordings of it there stay. Delete the session"
-    " to remove them: navi sessions delete s1"
+    " to remove them:"
 )
+LINE = f"{LEARNED} navi sessions delete s1 --profile alice"  # alice's profile, through the CLI
+
+
+def delete(store, *ids: str) -> str:
+    """The commands the preview gives: they name the profile when the store knows its name
+    (a file where profiles live, or the server's profile), else the default would be hit."""
+    where = f" --profile {store.profile}" if store.profile else ""
+    return "; ".join(f"navi sessions delete {i}{where}" for i in ids)
 
 
 async def _learned_in_s1(store, evidence: str | None = None):
@@ -28,7 +37,7 @@ async def _learned_in_s1(store, evidence: str | None = None):
 async def test_a_fact_names_the_session_it_was_learned_in(any_store):
     fact = await _learned_in_s1(any_store)
     preview = await any_store.forget_preview(fact.id)
-    assert preview.kept == LINE
+    assert preview.kept == f"{LEARNED} {delete(any_store, 's1')}"
     assert preview.kept_sessions == [{"id": "s1", "title": None, "messages": 2}]
 
     await any_store.forget(fact.id)  # as the preview said: the user's own wording stays
@@ -59,7 +68,7 @@ async def test_every_session_of_its_versions_is_named_until_deleted(any_store):
     )
     assert preview.kept.endswith(
         ": other wordings of it there stay. Delete those sessions to remove them:"
-        " navi sessions delete s2; navi sessions delete s1"
+        f" {delete(any_store, 's2', 's1')}"
     )
     assert [s["id"] for s in preview.kept_sessions] == ["s2", "s1"]
 
@@ -67,7 +76,7 @@ async def test_every_session_of_its_versions_is_named_until_deleted(any_store):
     preview = await any_store.forget_preview(porto.id)
     assert preview.kept == (
         "Learned in \u201cFlat hunting\u201d, 1 message: other wordings of it there stay."
-        " Delete the session to remove them: navi sessions delete s2"
+        f" Delete the session to remove them: {delete(any_store, 's2')}"
     )
     await any_store.delete_session("s2")
     preview = await any_store.forget_preview(porto.id)
@@ -96,10 +105,7 @@ async def test_many_sessions_are_named_briefly_and_listed_in_full(any_store):
     preview = await any_store.forget_preview(rule.id)
     assert preview.kept.startswith("Learned in \u201cTrip 4\u201d, 1 message, in \u201cTrip 3")
     assert ", and in 1 other session: other wordings of it there stay." in preview.kept
-    assert preview.kept.endswith(
-        "navi sessions delete 'trip 4'; navi sessions delete 'trip 3';"
-        " navi sessions delete 'trip 2'"
-    )
+    assert preview.kept.endswith(delete(any_store, "'trip 4'", "'trip 3'", "'trip 2'"))
     assert [s["title"] for s in preview.kept_sessions] == [f"Trip {n}" for n in (4, 3, 2, 1)]
 
 
@@ -145,3 +151,32 @@ def test_the_cli_preview_names_the_session_and_the_command(cli, home):
     assert preview["kept_sessions"] == [{"id": "s1", "title": None, "messages": 2}]
     code, out, _ = cli("--json", "forget", str(tea))
     assert json.loads(out)["preview"]["kept_sessions"] == []
+
+
+def test_the_command_given_deletes_the_session_in_that_profile(cli, home, capsys):
+    # The default profile has a session of the same id: a command without the profile would
+    # delete that one and leave alice's, which is what the preview said it would remove.
+    from navi_desktop.cli.main import run
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.paths import Paths, default_profile
+
+    async def own_s1() -> None:
+        async with await MemoryStore.open_profile(default_profile(), paths=Paths.from_env()) as s:
+            await s.create_session(session_id="s1")
+            await s.save_message("s1", "user", "the default profile's own conversation")
+
+    fact, _ = _seed_learned_fact()
+    asyncio.run(own_s1())
+    _, out, _ = cli("--json", "forget", str(fact))
+    command = json.loads(out)["preview"]["kept"].split("to remove them: ")[1]
+    argv = shlex.split(command)
+    assert argv[:3] == ["navi", "sessions", "delete"]
+    capsys.readouterr()
+    assert run(argv[1:]) == 0
+
+    async def sessions(profile: str) -> list[str]:
+        async with await MemoryStore.open_profile(profile, paths=Paths.from_env()) as s:
+            return [x.id for x in await s.list_sessions()]
+
+    assert "s1" not in asyncio.run(sessions("alice"))
+    assert "s1" in asyncio.run(sessions(default_profile()))

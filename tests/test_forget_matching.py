@@ -172,6 +172,19 @@ async def test_a_tool_call_does_not_forget_a_short_value_everywhere(store):
     assert (await store.messages(session.id))[0].content == said
 
 
+async def test_the_command_the_tool_gives_names_the_profile(tmp_path):
+    # Ids are per profile: `navi memory forget 1` run as told, without the profile, would
+    # preview another profile's memory #1.
+    async with await MemoryStore.open(tmp_path / "profiles" / "work" / "memory.db") as work:
+        session = await work.create_session()
+        await work.save_message(session.id, "user", "ok, forget my answer")
+        short = (await work.add_memory("ok", key="answer")).memory
+        result = json.loads(
+            await MemoryTools(work, session.id).call("memory_forget", {"id": short.id})
+        )
+    assert f"`navi memory forget {short.id} --profile work`" in result["error"]
+
+
 async def test_forget_only_the_evidence(store):
     friend, s1, s2 = await _profile(store)
     report = await store.forget(friend, scope="evidence")

@@ -44,7 +44,7 @@ async def test_the_forget_dialog_shows_where_it_occurs_and_can_keep_other_mentio
         assert "«Miso»" in body or "Miso»" in body
         # what the user said there in other words stays, and the dialog says how to remove it
         assert "other wordings of it there stay." in body
-        assert f"to remove them: navi sessions delete {sid}" in body
+        assert f"to remove them: navi sessions delete {sid} --profile tester" in body
         await pilot.click("#choice-evidence")
         await until(pilot, lambda: cat["id"] not in screen.memory_list.memories)
     shown = await daemon.call("sessions.show", {"id": sid})
@@ -76,7 +76,10 @@ async def test_at_80x24_the_learned_in_line_fits_with_the_buttons(daemon: Daemon
         await until(pilot, lambda: app.screen.__class__.__name__ == "ConfirmScreen")
         await pilot.pause(0.2)
         body = str(app.screen.query_one(".body", Static).render())
-        assert f"navi sessions delete {second}; navi sessions delete {first}\n" in body
+        assert (
+            f"navi sessions delete {second} --profile tester;"
+            f" navi sessions delete {first} --profile tester\n"
+        ) in body
         whole = app.screen.query_one("Vertical").region
         assert whole.y >= 0 and whole.bottom <= 24 and whole.x >= 0 and whole.right <= 80
         for button in app.screen.query(Button):

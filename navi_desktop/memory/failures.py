@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from pathlib import Path
 
 from navi_desktop.errors import (
@@ -40,12 +41,23 @@ def megabytes(n: int | None) -> str:
     return "?" if n is None else f"{n / 1e6:.1f}"
 
 
-def profile_option(path: Path) -> str:
-    """`` --profile NAME`` for a file at ``<data>/profiles/NAME/memory.db``, else ''."""
+def profile_of(path: Path) -> str | None:
+    """The profile a file at ``<data>/profiles/NAME/memory.db`` holds, else None."""
     path = Path(path)
     if path.name == "memory.db" and path.parent.parent.name == "profiles":
-        return f" --profile {path.parent.name}"
-    return ""
+        return path.parent.name
+    return None
+
+
+def profile_flag(profile: str | None) -> str:
+    """`` --profile NAME`` for a command shown to the user: without it the command would act
+    on the default profile, where the same id names something else. '' when not known."""
+    return f" --profile {shlex.quote(profile)}" if profile else ""
+
+
+def profile_option(path: Path) -> str:
+    """`` --profile NAME`` for a file at ``<data>/profiles/NAME/memory.db``, else ''."""
+    return profile_flag(profile_of(path))
 
 
 def damage_fix(path: Path) -> str:

@@ -195,7 +195,7 @@ class ForgetCommon:
             wide, same = _needles(chain, "everywhere")
             everywhere = await self._plan_scrub(wide, ids, same, samples=5)
             narrow = await self._plan_scrub(_needles(chain, "evidence")[0], ids, set())
-            kept, sessions = await kept_after(self.db, chain)
+            kept, sessions = await kept_after(self.db, chain, self.profile)
         return preview_of(memory_id, chain, wide, everywhere, narrow, kept, sessions)
 
     # -- tombstones ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.scrub_plan import counted
 from navi_desktop.memory.sessions import FIRST_SAID
 
@@ -18,10 +19,13 @@ NAME_CUT = 60  # characters of a title or first message, as the sessions list sh
 MAX_NAMED = 3  # sessions named in the line; --json lists them all
 
 
-async def kept_after(db: Any, chain: list[Any]) -> tuple[str | None, list[dict[str, Any]]]:
+async def kept_after(
+    db: Any, chain: list[Any], profile: str | None = None
+) -> tuple[str | None, list[dict[str, Any]]]:
     """(the line, the sessions) for ``chain`` (the memory, then its earlier versions): an
     episode's own session, or every session the memory or a version was learned in. Nothing
-    for a memory added by hand or imported, or a session deleted or emptied since."""
+    for a memory added by hand or imported, or a session deleted or emptied since. The delete
+    commands name ``profile``: without it they would reach the default profile's sessions."""
     row = chain[0]
     rows = chain[:1] if row["kind"] == "episode" else chain
     ids = list(dict.fromkeys(r["session_id"] for r in rows if r["session_id"]))
@@ -42,7 +46,10 @@ async def kept_after(db: Any, chain: list[Any]) -> tuple[str | None, list[dict[s
     if len(found) > MAX_NAMED:
         named.append(counted(len(found) - MAX_NAMED, "other session", "other sessions"))
     where = named[0] if len(named) == 1 else ", in ".join(named[:-1]) + ", and in " + named[-1]
-    commands = "; ".join(f"navi sessions delete {shlex.quote(s[0])}" for s in found[:MAX_NAMED])
+    commands = "; ".join(
+        f"navi sessions delete {shlex.quote(s[0])}{profile_flag(profile)}"
+        for s in found[:MAX_NAMED]
+    )
     which = "the session" if len(found) == 1 else "those sessions"
     return (
         f"Learned in {where}: other wordings of it there stay."

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import now_iso
+from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.models import Memory
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def check_status(row: Any, memory_id: int, action: str, allowed: tuple[str, ...]
         raise InvalidInput(f"cannot {action} memory {memory_id}: it is {row['status']}")
 
 
-def check_confirm(row: Any, memory_id: int, now: str) -> None:
+def check_confirm(row: Any, memory_id: int, now: str, profile: str | None = None) -> None:
     """Only a current, unexpired fact can be confirmed; anything else is told what to do."""
     if row["kind"] != "fact":
         raise InvalidInput(
@@ -43,7 +44,7 @@ def check_confirm(row: Any, memory_id: int, now: str) -> None:
     if row["expires_at"] and row["expires_at"] <= now:
         raise InvalidInput(
             f"memory {memory_id} expired at {row['expires_at']}: give it a new expiry"
-            f" first (navi memory edit {memory_id} --expires 7d, or never)"
+            f" first (navi memory edit {memory_id} --expires 7d{profile_flag(profile)}, or never)"
         )
 
 
@@ -144,7 +145,7 @@ class StateOps:
         async with self.db.transaction():
             row = await self._row(memory_id)
             now = now_iso()
-            check_confirm(row, memory_id, now)
+            check_confirm(row, memory_id, now, self.profile)
             await self.db.execute(
                 "UPDATE memories SET pinned = 1, strength = 1.0, confidence = 1.0,"
                 " last_verified_at = ?, updated_at = ? WHERE id = ?",

@@ -24,7 +24,7 @@ from navi_desktop.memory.entity_enrichment import EnrichmentOps
 from navi_desktop.memory.entity_profiles import EntityOps
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
-from navi_desktop.memory.failures import disk_full
+from navi_desktop.memory.failures import disk_full, profile_of
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
@@ -126,6 +126,11 @@ class MemoryStore(
     @property
     def path(self) -> Path:
         return self.db.path
+
+    @property
+    def profile(self) -> str | None:
+        """The profile's name, for commands shown to the user (None for a file elsewhere)."""
+        return profile_of(self.path)
 
     async def _own_stats(self) -> dict[str, Any]:
         wal = self.path.with_name(self.path.name + "-wal")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.errors import NaviError, NotFound
 from navi_desktop.expiry import in_days
 from navi_desktop.memory.documents import memory_text
+from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.models import CATEGORIES, KINDS
 from navi_desktop.pipeline.tool_args import BadArguments, fit_arguments
 from navi_desktop.pipeline.user_intent import asks_to_correct, asks_to_forget, evidence_for
@@ -204,7 +205,8 @@ class MemoryTools:
             return {
                 "error": f"not forgotten: {preview.broad}, so removing it everywhere needs the"
                 f" user's confirmation. Ask the user to forget #{int(id)} in the memory"
-                f" inspector (F3), or with `navi memory forget {int(id)}`, which show where it"
+                f" inspector (F3), or with `navi memory forget {int(id)}"
+                f"{profile_flag(self.store.profile)}`, which show where it"
                 " occurs."
             }
         report = await self.store.forget(int(id))
