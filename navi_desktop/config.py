@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.fileio import write_private_atomic
+from navi_desktop.fileio import read_regular, write_private_atomic
 from navi_desktop.ollama_host import resolve_embedding_host, valid_host
 from navi_desktop.paths import check_profile_name, default_profile, ensure_private_dir
 
@@ -35,6 +35,7 @@ EMBEDDERS = ("ollama", "local", "none")
 BACKENDS = ("sqlite", "postgres")
 DSN_ENV = "NAVI_PG_DSN"
 FILE_KEY = ""  # SettingError.key of an error about the whole file (unreadable, invalid TOML)
+MAX_CONFIG_BYTES = 1 << 20  # a settings file is a few hundred bytes
 KEYMAP_KEY = "ui.keymap"
 
 _HEADER = (
@@ -449,7 +450,7 @@ def load_settings(
     fallback = previous or DEFAULTS
     kept = "the previous settings stay in force" if previous else "the defaults are in force"
     try:
-        raw = path.read_bytes()
+        raw = read_regular(path, MAX_CONFIG_BYTES)
     except FileNotFoundError:
         return DEFAULTS, []
     except OSError as err:
@@ -528,10 +529,13 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
     ensure_private_dir(path.parent)
     target = path.resolve() if path.is_symlink() else path  # keep a dotfiles symlink a symlink
     try:
-        old_text = target.read_text(encoding="utf-8")
+        old_text = read_regular(target, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         old_text = None
-    except (OSError, UnicodeDecodeError) as err:
+    except OSError as err:
+        reason = err.strerror or err
+        raise InvalidInput(f"cannot read {path}: {reason}; the file was not changed") from err
+    except UnicodeDecodeError as err:
         raise InvalidInput(f"cannot read {path}: {err}; the file was not changed") from err
     try:
         if old_text is not None:

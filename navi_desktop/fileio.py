@@ -1,11 +1,46 @@
-"""Writing a user's file so that a crash never leaves half of it."""
+"""Writing a user's file so that a crash never leaves half of it, and reading one that may
+not be what its name says."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+
+class NotRegularFile(OSError):
+    """A path that holds a folder, a named pipe or a device where a file was expected."""
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor for the regular file at ``path``. Opened without blocking and checked on
+    the descriptor itself: a named pipe planted at the path would hold the reader forever, and
+    a link to /dev/zero would fill its memory. Raises ``NotRegularFile`` for anything else."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise NotRegularFile(errno.EINVAL, f"it is {what}", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (see ``open_regular``), at most ``limit``:
+    a larger one raises ``OSError(EFBIG)`` before any of it is read."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        if os.fstat(handle.fileno()).st_size > limit:
+            raise OSError(errno.EFBIG, f"it is larger than {limit:,} bytes", str(path))
+        data = handle.read(limit + 1)
+    if len(data) > limit:  # it grew while being read
+        raise OSError(errno.EFBIG, f"it is larger than {limit:,} bytes", str(path))
+    return data
 
 
 def write_private_atomic(path: Path, text: str) -> None:

@@ -211,6 +211,49 @@ def test_unreadable_file(config):
     assert settings == DEFAULTS and errors[0].key == FILE_KEY and "UTF-8" in errors[0].reason
 
 
+PLANTED_CHECK = """
+import sys
+from pathlib import Path
+from navi_desktop.config import DEFAULTS, load_settings, save_setting
+from navi_desktop.errors import InvalidInput
+path = Path(sys.argv[1])
+settings, errors = load_settings(path)
+assert settings == DEFAULTS, settings
+print(errors[0].reason)
+try:
+    save_setting(path, "ui.theme", "nord")
+except InvalidInput as err:
+    print(err)
+"""
+
+
+@pytest.mark.parametrize(
+    ("plant", "reason"),
+    [
+        (lambda p: os.mkfifo(p), "it is not a regular file"),
+        (lambda p: p.symlink_to("/dev/zero"), "it is not a regular file"),
+        (lambda p: p.mkdir(), "it is a folder"),
+        (lambda p: p.write_bytes(b"#" * (2 << 20)), "it is larger than 1,048,576 bytes"),
+    ],
+    ids=["named pipe", "link to /dev/zero", "folder", "2 MiB"],
+)
+def test_a_planted_settings_file_is_one_line_not_a_hang(config, plant, reason):
+    # A named pipe would hold every command that reads the settings (the CLI, the daemon's
+    # start) forever, and /dev/zero would fill its memory: a process of its own, with a limit.
+    config.parent.mkdir(parents=True)
+    plant(config)
+    done = subprocess.run(
+        [sys.executable, "-c", PLANTED_CHECK, str(config)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded, saved = done.stdout.splitlines()
+    assert loaded == f"cannot read {config}: {reason}; the defaults are in force"
+    assert saved == f"cannot read {config}: {reason}; the file was not changed"
+
+
 # ---- saving --------------------------------------------------------------------------------
 
 USER_FILE = """\

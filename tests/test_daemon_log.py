@@ -94,3 +94,26 @@ def test_a_link_planted_at_the_copy_does_not_stop_a_start(tmp_path: Path) -> Non
         h.start()  # the daemon starts; its log is not trimmed
         assert target.read_text() == "not the log's\n"
         assert h.log.stat().st_size > files.LOG_MAX_BYTES
+
+
+def test_a_forget_scrubs_the_logs_and_passes_over_a_planted_pipe_or_link(tmp_path: Path) -> None:
+    # A link named like a log was followed, and the file outside the folder it points to was
+    # rewritten; a named pipe is passed over without waiting for a writer.
+    import threading
+
+    from navi_desktop.pipeline.forgetting import scrub_logs
+
+    (tmp_path / "daemon.log").write_text("model said: Zorblax4471 is the code\n")
+    os.mkfifo(tmp_path / "planted.log")
+    outside = tmp_path.parent / f"{tmp_path.name}-outside.txt"
+    outside.write_text("Zorblax4471 outside\n")
+    (tmp_path / "link.log").symlink_to(outside)
+    counted: list[int] = []
+    worker = threading.Thread(
+        target=lambda: counted.append(scrub_logs(tmp_path, ["Zorblax4471"])), daemon=True
+    )
+    worker.start()
+    worker.join(timeout=20)
+    assert counted == [1]
+    assert "Zorblax4471" not in (tmp_path / "daemon.log").read_text()
+    assert outside.read_text() == "Zorblax4471 outside\n"

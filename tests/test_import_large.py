@@ -63,7 +63,7 @@ async def test_the_daemon_reads_only_a_regular_file(tmp_path: Path) -> None:
     try:
         for path, words in [
             (fifo, "it is not a regular file"),
-            (tmp_path, "it is a directory"),
+            (tmp_path, "it is a folder"),
             (tmp_path / "nope.json", "No such file"),
         ]:
             with pytest.raises(RpcCallError) as err:

@@ -5,11 +5,11 @@ daemon, which reads a large export from its path (a request over the socket is h
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.fileio import open_regular
 from navi_desktop.memory.export_format import parse_export
 
 MAX_IMPORT_BYTES = 1 << 30  # an export of 100k memories with their history is ~100 MB
@@ -42,15 +42,10 @@ def read_export_file(path: Path, source: str | None = None) -> dict[str, Any]:
     thread) forever."""
     source = source or str(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_regular(path)
     except OSError as exc:
         raise InvalidInput(f"cannot read {source}: {exc.strerror or exc}") from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_IMPORT_BYTES:
-        os.close(fd)
-        if st.st_size > MAX_IMPORT_BYTES:  # said before a byte of it is read
-            raise InvalidInput(_too_large(source))
-        what = "it is a directory" if stat.S_ISDIR(st.st_mode) else "it is not a regular file"
-        raise InvalidInput(f"cannot read {source}: {what}")
     with os.fdopen(fd, "rb") as handle:
+        if os.fstat(fd).st_size > MAX_IMPORT_BYTES:  # said before a byte of it is read
+            raise InvalidInput(_too_large(source))
         return read_export_bytes(source, handle)

@@ -11,11 +11,13 @@ reachable, everything stays redacted and maintenance tries again later.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import DiskError, DiskFull
+from navi_desktop.fileio import open_regular
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.pipeline.grounding import check_summary
 from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, ask_field, refresh_profile
@@ -88,8 +90,8 @@ def scrub_logs(folder: Path, needles: list[str]) -> int:
     matcher = Matcher.of(needles)
     total = 0
     for path in sorted(folder.glob("*.log*")) if matcher and folder.is_dir() else []:
-        try:
-            with path.open("r+b") as fh:
+        try:  # only a regular file in the folder: never a file outside it through a link
+            with os.fdopen(open_regular(path, os.O_RDWR | os.O_NOFOLLOW), "r+b") as fh:
                 text = fh.read().decode("utf-8", "surrogateescape")
                 new, count = matcher.redact(text)
                 if count and new is not None:
