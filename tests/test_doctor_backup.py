@@ -153,9 +153,18 @@ def test_restore_checks_first_keeps_a_side_copy_and_never_half_restores(cli, hom
     bad.write_text("not a database")
     truncated = tmp_path / "truncated.db"
     truncated.write_bytes((tmp_path / "ten.db").read_bytes()[:8192])
-    for wrong in (bad, truncated, tmp_path / "missing.db"):
+    pipe = tmp_path / "pipe.db"
+    os.mkfifo(pipe)
+    for wrong, why in (
+        (bad, "it is not a SQLite database"),
+        (truncated, "truncated"),
+        (tmp_path / "missing.db", "no such file"),
+        (pipe, "it is not a regular file"),
+        (tmp_path, "it is a folder"),
+    ):
         code, _, err = cli("restore", str(wrong), "--yes")
-        assert code == 2 and "cannot be restored" in err and len(err.strip().splitlines()) == 1
+        assert code == 2 and f"{wrong} cannot be restored: {why}" in err
+        assert len(err.strip().splitlines()) == 1
         assert db(home).read_bytes() == current
     assert not list(db(home).parent.glob("*.before-restore-*"))
 

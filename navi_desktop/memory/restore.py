@@ -48,7 +48,7 @@ def check_backup(backup: Path) -> int:
     """Refuse a file that would not make a working profile; returns its memories' count."""
     backup = Path(backup)
     refuse = f"{backup} cannot be restored"
-    if not backup.is_file():
+    if not backup.exists():  # a folder or a named pipe: check_file says which
         raise InvalidInput(f"{refuse}: no such file")
     try:
         if not check_file(backup):
