@@ -74,6 +74,19 @@ def folder(path: Path) -> None:
     path.mkdir()
 
 
+def pipe_for_its_log(path: Path) -> None:
+    os.mkfifo(path.with_name("memory.db-wal"))  # every write failed as a "disk I/O error"
+
+
+def link_for_its_index(path: Path) -> None:
+    path.with_name("memory.db-shm").symlink_to(path.parent.parent / "elsewhere")
+
+
+def pipe(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
 DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (half, "ProfileDamaged", "navi memory doctor --profile bad"),
     (ten_bytes, "ProfileDamaged", "truncated to 10 bytes"),
@@ -81,6 +94,9 @@ DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (foreign, "ProfileForeign", "not a Navi memory file"),
     (newer_schema, "ProfileTooNew", "update Navi"),
     (folder, "ProfileUnreadable", "it is a folder"),
+    (pipe, "ProfileUnreadable", "it is not a regular file; it was left untouched: move that"),
+    (pipe_for_its_log, "ProfileUnreadable", "memory.db-wal beside it is a named pipe"),
+    (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a link"),
 ]
 
 

@@ -120,6 +120,17 @@ def unreadable(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def not_a_file(path: Path, reason: str) -> ProfileUnreadable:
+    """Something other than a file where the profile's files go: no permission would help."""
+    path = Path(path)
+    error = ProfileUnreadable(
+        f"cannot use {path}: {reason}; it was left untouched: move that away (or delete it),"
+        " then try again"
+    )
+    error.what = reason  # type: ignore[attr-defined]
+    return error
+
+
 def read_only_fs(path: Path) -> DiskError:
     """The file system holding ``path`` is mounted read-only: no permission would help. Like
     a full disk, not a state of the profile: the next call tries again."""

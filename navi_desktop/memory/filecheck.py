@@ -18,6 +18,7 @@ import sqlean
 from navi_desktop.errors import NaviError, ProfileForeign
 from navi_desktop.memory.failures import (
     damaged,
+    not_a_file,
     on_read_only_fs,
     os_failure,
     read_only_fs,
@@ -54,6 +55,7 @@ def identity(path: Path) -> tuple[int, int] | None:
 def check_file(path: Path) -> int:
     """Refuse a file that exists but is not a whole SQLite file we may read and write; returns
     its size (0: absent or empty, a new memory). Reads at most its first 100 bytes."""
+    _check_companions(path)
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -63,9 +65,9 @@ def check_file(path: Path) -> int:
     except OSError as exc:
         raise os_failure(exc, path) from exc
     if stat.S_ISDIR(st.st_mode):
-        raise unreadable(path, "it is a folder, not a memory file")
+        raise not_a_file(path, "it is a folder, not a memory file")
     if not stat.S_ISREG(st.st_mode):
-        raise unreadable(path, "it is not a regular file")
+        raise not_a_file(path, "it is not a regular file")
     if st.st_size == 0:
         return 0
     try:
@@ -95,6 +97,31 @@ def check_file(path: Path) -> int:
             path, f"truncated: {st.st_size} of the {pages * page_size} bytes its header announces"
         )
     return st.st_size
+
+
+# What stands at a path that should hold a file, when it is something else.
+_KINDS = (
+    (stat.S_ISLNK, "a link"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_companions(path: Path) -> None:
+    """SQLite opens the log and shared-memory files beside the memory file by name, and only
+    ever makes them as plain files: anything else there (a named pipe made every write fail
+    as a "disk I/O error"; a link would send the log elsewhere) was put there by someone else."""
+    for side in (wal_path(path), path.with_name(path.name + "-shm")):
+        try:
+            mode = os.lstat(side).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise os_failure(exc, side) from exc
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "a device")
+            raise not_a_file(path, f"{side.name} beside it is {kind}, not a file SQLite made")
 
 
 def _denied(st: os.stat_result) -> str:
