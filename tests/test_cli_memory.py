@@ -496,7 +496,7 @@ def test_import_invalid_json_reports_line_and_changes_nothing(cli, cli_json, hom
 def test_import_missing_or_unreadable_file(cli, tmp_path):
     missing = tmp_path / "nope.json"
     assert_user_error(cli("import", str(missing)), f"cannot read {missing}", "No such file")
-    assert_user_error(cli("import", str(tmp_path)), f"cannot read {tmp_path}", "directory")
+    assert_user_error(cli("import", str(tmp_path)), f"cannot read {tmp_path}", "folder")
 
 
 def test_export_to_file_is_private_and_atomic(cli, cli_json, tmp_path):

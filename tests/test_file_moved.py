@@ -22,6 +22,7 @@ import pytest
 import sqlean
 
 from navi_desktop.daemon.client import RemoteCorruptDatabase
+from navi_desktop.errors import ProfileMoved
 from navi_desktop.memory.db import Database
 from navi_desktop.memory.store import MemoryStore
 from tests.tui_support import DEAD_HOST, Daemon, make_home
@@ -187,7 +188,7 @@ async def test_a_log_the_old_file_left_behind_is_not_read_into_the_replacement(
 
         async def close_failing(self: Database) -> None:  # as on an I/O error: log kept
             if self.path == db and self.moved_away():
-                self._readers.close()
+                await self.settle()  # the daily backup the write above started, the readers
                 await self.conn.close()  # a connection that is not the last checkpoints not
                 return
             await closes(self)
@@ -216,3 +217,40 @@ async def test_a_replacement_that_came_with_its_own_log_keeps_it(tmp_path: Path)
         for suffix in ("-wal", ""):
             os.replace(f"{other}{suffix}.copy", f"{db}{suffix}")
         assert await values(daemon) == {"I keep goats", "I keep ducks"}
+
+
+async def test_a_helper_that_opens_the_path_as_it_is_replaced_reads_nothing_of_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The checkpoint, the daily backup and the read connections open the file by name, in a
+    # thread, after checking that it is still theirs. A replacement landing between the check
+    # and the open gave them the new file, with the old one's log still beside it: the
+    # checkpoint copied the old file's pages into the new one.
+    from navi_desktop.memory.backup import backups_dir, take_daily
+    from navi_desktop.memory.connections import ReadPool
+
+    db = tmp_path / "me" / "memory.db"
+    other = tmp_path / "from-a-backup.db"
+    await make_profile(other, "I keep goats")
+    replacement = other.read_bytes()
+    store = await MemoryStore.open(db)
+    try:
+        await store.add_memory("my locker code is 4711")  # in this file's log, not yet in it
+        assert Path(f"{db}-wal").stat().st_size > 0
+        os.replace(other, db)
+        monkeypatch.setattr(Database, "moved_away", lambda self: False)  # the check came first
+
+        store.db._checkpoint_now()
+        with pytest.raises(ProfileMoved):
+            take_daily(db, 3, expect=store.db.file_identity)
+        readers = ReadPool(db, store.db.file_identity)
+        try:
+            with pytest.raises(ProfileMoved):
+                await readers.run(lambda conn: conn.execute("SELECT 1").fetchone())
+        finally:
+            readers.close()
+        assert db.read_bytes() == replacement
+        assert not backups_dir(db).exists() or not list(backups_dir(db).iterdir())
+    finally:
+        monkeypatch.undo()
+        await store.close()

@@ -27,7 +27,7 @@ import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError
 from navi_desktop.memory.failures import free_bytes, megabytes, translate
-from navi_desktop.memory.filecheck import read_only, wal_path
+from navi_desktop.memory.filecheck import Identity, read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
 DAILY, MANUAL = "daily", "manual"
@@ -99,10 +99,16 @@ def latest_backup(db_path: Path) -> Path | None:
 
 
 def make_backup(
-    db_path: Path, target: Path | None = None, *, kind: str = MANUAL, now: float | None = None
+    db_path: Path,
+    target: Path | None = None,
+    *,
+    kind: str = MANUAL,
+    now: float | None = None,
+    expect: Identity | None = None,
 ) -> BackupResult:
     """Copy the profile's file into ``target`` (a new file; a folder gets a named file in
-    it), by default a new file in its backups folder. A thread's work (blocking)."""
+    it), by default a new file in its backups folder. A thread's work (blocking). ``expect``:
+    the file the daemon has open, which must be the one copied (filecheck.check_opened)."""
     db_path = Path(db_path)
     if not db_path.is_file():
         raise InvalidInput(f"no memory file at {db_path}: nothing to back up")
@@ -123,18 +129,18 @@ def make_backup(
     elif target.is_dir():
         target = _free_name(target, f"navi-{db_path.parent.name}-{_stamp(now)}")
     started = time.perf_counter()
-    written = copy_database(db_path, target)
+    written = copy_database(db_path, target, expect)
     return BackupResult(target, written, time.perf_counter() - started)
 
 
-def copy_database(source: Path, target: Path) -> int:
+def copy_database(source: Path, target: Path, expect: Identity | None = None) -> int:
     """Copy a SQLite file (through its WAL, if any) into the new file ``target``, whole or
     not at all; returns its size. ``source`` is only read."""
     target = Path(target)
     tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
     try:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-        src = read_only(source)
+        src = read_only(source, expect=expect)
         try:
             dst = sqlean.connect(str(tmp), isolation_level=None)
             try:
@@ -166,7 +172,9 @@ def copy_database(source: Path, target: Path) -> int:
     return target.stat().st_size
 
 
-def take_daily(db_path: Path, keep: int, *, now: float | None = None) -> BackupResult | None:
+def take_daily(
+    db_path: Path, keep: int, *, now: float | None = None, expect: Identity | None = None
+) -> BackupResult | None:
     """Make today's backup when none was made in the last day, then keep the newest ``keep``
     daily ones. None when not due (or ``keep`` is 0: turned off)."""
     if keep <= 0:
@@ -175,7 +183,7 @@ def take_daily(db_path: Path, keep: int, *, now: float | None = None) -> BackupR
     daily = [p for p in list_backups(db_path, DAILY, now=now) if not _in_the_future(p, now)]
     if daily and now - _made_at(daily[0]) < DAILY_EVERY_S:
         return None
-    result = make_backup(db_path, kind=DAILY, now=now)
+    result = make_backup(db_path, kind=DAILY, now=now, expect=expect)
     for old in list_backups(db_path, DAILY, now=now)[keep:]:
         with contextlib.suppress(OSError):
             old.unlink()

@@ -15,7 +15,7 @@ import sqlean
 import sqlite_vec
 
 from navi_desktop.memory.failures import damaged, translate
-from navi_desktop.memory.filecheck import file_uri
+from navi_desktop.memory.filecheck import Identity, check_opened, file_uri
 
 T = TypeVar("T")
 # The read connections map the whole file (SQLite maps no more than the file's size). At 1M
@@ -24,16 +24,22 @@ T = TypeVar("T")
 MMAP_BYTES = 1 << 40
 
 
-def connect(path: Path, **options: Any) -> sqlean.Connection:
+def connect(path: Path, *, expect: Identity | None = None, **options: Any) -> sqlean.Connection:
     """A connection that never creates the file: only Database.open does (private, no link
     followed). A connection opened by name after the file was moved away made an empty one,
-    readable by others, and took the old file's log for its own."""
-    return sqlean.connect(f"{file_uri(path)}?mode=rw", uri=True, isolation_level=None, **options)
+    readable by others, and took the old file's log for its own. With ``expect``, see
+    ``check_opened``."""
+    conn = sqlean.connect(f"{file_uri(path)}?mode=rw", uri=True, isolation_level=None, **options)
+    if expect is not None:
+        check_opened(conn, path, expect)
+    return conn
 
 
-def open_connection(path: Path, *, opening: bool = False) -> sqlean.Connection:
+def open_connection(
+    path: Path, *, opening: bool = False, expect: Identity | None = None
+) -> sqlean.Connection:
     try:
-        conn = connect(path, check_same_thread=False)
+        conn = connect(path, expect=expect, check_same_thread=False)
     except sqlean.Error as exc:
         raise (translate(exc, path, opening=opening) or damaged(path, str(exc))) from exc
     try:
@@ -72,8 +78,9 @@ class ReadPool:
     # signal wait longer than it saved.
     SIZE = max(1, min(3, os.cpu_count() or 1))
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, expect: Identity | None = None) -> None:
         self.path = path
+        self.expect = expect  # the file they must open (check_opened)
         self._idle: queue.SimpleQueue[sqlean.Connection] = queue.SimpleQueue()
         self._opened: list[sqlean.Connection] = []
         self._threads: ThreadPoolExecutor | None = None
@@ -89,7 +96,7 @@ class ReadPool:
         try:
             conn = self._idle.get_nowait()
         except queue.Empty:  # at most SIZE: there are that many threads
-            conn = open_connection(self.path)
+            conn = open_connection(self.path, expect=self.expect)
             conn.execute("PRAGMA query_only = 1")
             # Pages are read through a memory map, not a read() call each: searches on a
             # large profile were ~15% faster. Shared with the OS page cache, not our heap.

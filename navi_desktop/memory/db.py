@@ -53,7 +53,10 @@ class Database:
     # How often a write looks whether the daily backup is due (a folder listing).
     BACKUP_CHECK_S = 3600.0
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, path: Path, opened: tuple[int, int] | None = None
+    ) -> None:
+        """``opened``: the identity of the file ``conn`` has open (else the one at ``path``)."""
         self.conn = conn
         self.path = path
         self.lock = asyncio.Lock()
@@ -62,9 +65,9 @@ class Database:
         self._commits = 0
         self._changes_at_checkpoint = 0
         self._checkpoint: asyncio.Task[None] | None = None
-        self._readers = ReadPool(path)
-        # The file this connection has open; see verify().
-        self._identity = identity(path)
+        # The file this connection has open; see verify(). Helpers must open the same one.
+        self._identity = opened or identity(path)
+        self._readers = ReadPool(path, self._identity)
         self._gone: ProfileMoved | None = None
         self._closed = False
         # The log and its index this connection has open (note_log_files), by identity.
@@ -101,11 +104,14 @@ class Database:
             path.chmod(0o600)
         # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
         # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
-        opened = await asyncio.to_thread(open_connection, path, opening=True)
+        checked = identity(path)  # the file checked above must be the one opened
+        if checked is None:
+            raise moved(path, replaced=False)
+        opened = await asyncio.to_thread(open_connection, path, opening=True, expect=checked)
         conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
-        return cls(conn, path)
+        return cls(conn, path, checked)
 
     def verify(self) -> None:
         """Raise ``ProfileMoved`` once the file at the path is not the one open here (another
@@ -197,7 +203,7 @@ class Database:
         from navi_desktop.memory.backup import take_daily
 
         try:
-            return await asyncio.to_thread(take_daily, self.path, keep)
+            return await asyncio.to_thread(take_daily, self.path, keep, expect=self._identity)
         except Exception as exc:  # logged; the next check tries again
             log.warning("daily backup of %s not made: %s", self.path, exc)
             return None
@@ -206,9 +212,9 @@ class Database:
         if self.moved_away():
             return
         try:
-            conn = connect(self.path)
-        except sqlean.Error:
-            return  # the next checkpoint or close() catches up
+            conn = connect(self.path, expect=self._identity)
+        except (sqlean.Error, ProfileMoved):
+            return  # the next checkpoint or close() catches up, or the daemon lets it go
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             wal = Path(f"{self.path}-wal")
@@ -220,12 +226,7 @@ class Database:
             conn.close()
 
     async def close(self) -> None:
-        self._closed = True
-        if self._checkpoint is not None:
-            await self._checkpoint
-        if self._backup is not None:
-            await self._backup
-        await asyncio.to_thread(self._readers.close)
+        await self.settle()
         async with self.lock:
             try:
                 await self.conn.execute("PRAGMA optimize")
@@ -233,6 +234,16 @@ class Database:
             except DbError:
                 pass
             await self.conn.close()
+
+    async def settle(self) -> None:
+        """Take no more work, and wait for what runs beside the connection (a checkpoint, the
+        daily backup, the readers) to finish: each holds the file open."""
+        self._closed = True
+        if self._checkpoint is not None:
+            await self._checkpoint
+        if self._backup is not None:
+            await self._backup
+        await asyncio.to_thread(self._readers.close)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Database]:

@@ -18,6 +18,7 @@ import sqlean
 from navi_desktop.errors import NaviError, ProfileForeign
 from navi_desktop.memory.failures import (
     damaged,
+    moved,
     not_a_file,
     on_read_only_fs,
     os_failure,
@@ -42,7 +43,10 @@ def file_uri(path: Path) -> str:
     return "file:" + urllib.parse.quote(str(Path(path).absolute()))
 
 
-def identity(path: Path) -> tuple[int, int] | None:
+Identity = tuple[int, int]  # (device, inode)
+
+
+def identity(path: Path) -> Identity | None:
     """Which file is at ``path`` (device, inode; a link is its own file, never followed);
     None when nothing is. Other OS errors (a folder made unreadable) are raised."""
     try:
@@ -138,16 +142,36 @@ def _looks_like(head: bytes) -> str:
     return "its first bytes are not SQLite's (overwritten?)"
 
 
-def read_only(path: Path, *, check_same_thread: bool = True) -> sqlean.Connection:
+def read_only(
+    path: Path, *, check_same_thread: bool = True, expect: Identity | None = None
+) -> sqlean.Connection:
     """A connection that cannot write ``path`` nor create anything beside it: immutable when no
-    WAL exists (nothing else has the file open in WAL mode), else read-only through the WAL."""
+    WAL exists (nothing else has the file open in WAL mode), else read-only through the WAL.
+    With ``expect``, see ``check_opened``."""
     uri = file_uri(path)
     mode = "mode=ro" if wal_path(path).exists() else "mode=ro&immutable=1"
     conn = sqlean.connect(
         f"{uri}?{mode}", uri=True, isolation_level=None, check_same_thread=check_same_thread
     )
+    if expect is not None:
+        check_opened(conn, path, expect)
     conn.row_factory = sqlean.Row
     return conn
+
+
+def check_opened(conn: sqlean.Connection, path: Path, expect: Identity) -> None:
+    """Close ``conn`` and raise ``ProfileMoved`` unless the file at ``path`` is still
+    ``expect``, the file its opener has open. SQLite opens the file at once but its log only
+    at the first read, by name: a helper that opened a replacement while the old file's log
+    still lay beside it would read that log as the new file's, and its close would copy the
+    old file's pages into the new one. Called before any statement, so nothing was read."""
+    try:
+        now = identity(path)
+    except OSError:
+        now = None
+    if now != expect:
+        conn.close()
+        raise moved(path, replaced=now is not None)
 
 
 def probe(path: Path, check: SchemaCheck | None = None) -> None:
