@@ -61,6 +61,8 @@ def test_doctor_on_a_healthy_profile_exits_0_and_says_so(cli, home):
     assert "No problems found." in out
     report = json.loads(cli("--json", "doctor")[1])
     assert report["ok"] and not report["damaged"] and report["counts"]["memories"] == 5
+    code, out, _ = cli("doctor", "--recover")  # nothing to recover: the command it gives
+    assert code == 0 and f"`navi memory backup --profile {PROFILE}`" in out
 
 
 def test_doctor_finds_a_damaged_full_text_index_and_never_writes(cli, home):

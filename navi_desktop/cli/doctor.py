@@ -107,7 +107,8 @@ def _recover(args: argparse.Namespace, report: Any) -> int:
             emit_json({"recovered": None, "report": report.to_dict()})
         else:
             print(f"{report.path} is not damaged: nothing to recover.", end=" ")
-            print("Copy it with `navi memory backup` if you want one.")
+            backup = f"navi memory backup{profile_option(report.path)}"
+            print(f"Copy it with `{backup}` if you want one.")
         return 0 if report.ok else 1
     result = asyncio.run(recover(report.path))
     if wants_json(args):

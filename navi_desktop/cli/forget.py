@@ -170,9 +170,12 @@ def cmd_forget(args: argparse.Namespace) -> int:
     for problem in report.unscrubbed:
         print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
     if report.scrub_pending:
+        from navi_desktop.memory.failures import profile_flag
+
+        stats = f"navi memory stats{profile_flag(getattr(args, 'profile', None))}"
         print(
             f"The memory file still holds an old copy of it: {report.scrub_pending}. Navi"
-            " removes it by itself as soon as it can; `navi memory stats` lists it until then."
+            f" removes it by itself as soon as it can; `{stats}` lists it until then."
         )
     return 0
 
