@@ -21,6 +21,7 @@ from navi_desktop.memory.failures import moved, os_failure, translate
 from navi_desktop.memory.filecheck import (
     APPLICATION_ID,
     SQLITE_HEADER,
+    Identity,
     SchemaCheck,
     check_file,
     identity,
@@ -54,7 +55,7 @@ class Database:
     BACKUP_CHECK_S = 3600.0
 
     def __init__(
-        self, conn: aiosqlite.Connection, path: Path, opened: tuple[int, int] | None = None
+        self, conn: aiosqlite.Connection, path: Path, opened: Identity | None = None
     ) -> None:
         """``opened``: the identity of the file ``conn`` has open (else the one at ``path``)."""
         self.conn = conn
@@ -132,7 +133,7 @@ class Database:
         raise ProfileMoved(str(self._gone))  # a new instance: tracebacks do not pile up
 
     @property
-    def file_identity(self) -> tuple[int, int] | None:
+    def file_identity(self) -> Identity | None:
         """The file this connection has open (device, inode), as it was at the open."""
         return self._identity
 
