@@ -279,3 +279,17 @@ def test_navi_chat_on_a_damaged_profile_prints_one_line(tmp_path: Path) -> None:
         assert listing.returncode == 2 and len(listing.stderr.strip().splitlines()) == 1
     finally:
         navi("daemon", "stop")
+
+
+async def test_a_file_where_a_folder_of_profiles_goes_is_named(tmp_path: Path) -> None:
+    from navi_desktop.errors import ProfileUnreadable
+
+    (tmp_path / "profiles").write_text("a file someone left here\n")
+    path = tmp_path / "profiles" / "me" / "memory.db"
+    with pytest.raises(ProfileUnreadable) as err:
+        await MemoryStore.open(path)
+    assert str(err.value) == (
+        f"cannot use {path}: {tmp_path / 'profiles'} is not a folder; it was left untouched:"
+        " move that away (or delete it), then try again"
+    )
+    assert (tmp_path / "profiles").read_text() == "a file someone left here\n"

@@ -216,5 +216,18 @@ def _translate_os(exc: OSError, path: Path, opening: bool) -> NaviError:
     if exc.errno == errno.EROFS:
         return read_only_fs(path)
     if exc.errno == errno.EISDIR:
-        return unreadable(path, "it is a folder, not a file")
+        return not_a_file(path, "it is a folder, not a file")
+    if exc.errno == errno.ENOTDIR and (above := _not_a_folder(path)) is not None:
+        return not_a_file(path, f"{above} is not a folder")
     return DiskError(f"cannot use {path}: {exc.strerror or exc}; check the disk, then try again")
+
+
+def _not_a_folder(path: Path) -> Path | None:
+    """The nearest folder above ``path`` that something else stands in for (a file, a pipe)."""
+    for folder in reversed(path.parents):
+        try:
+            if not folder.is_dir():
+                return folder if folder.exists() or folder.is_symlink() else None
+        except OSError:
+            return None
+    return None
