@@ -64,3 +64,49 @@ def write_private_atomic(path: Path, text: str) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def write_user_file(path: Path, text: str) -> None:
+    """Write an export where the user said. A regular file (or none) is written whole or not
+    at all (``write_private_atomic``); through a link, the file it points to, so the link
+    stays a link. A pipe or a terminal (``-o /dev/stdout``, ``-o >(gzip > f.gz)``) is
+    written into, never replaced: a rename over it replaced a device node with a file. A disk
+    device is refused: an export would overwrite the disk."""
+    path = Path(path)
+    try:
+        mode = os.stat(path).st_mode  # through links: /dev/stdout is one to the real thing
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if stat.S_ISREG(mode):
+        write_private_atomic(path.resolve() if path.is_symlink() else path, text)
+    elif stat.S_ISBLK(mode):
+        raise OSError(errno.EINVAL, "it is a disk device", str(path))
+    elif stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "it is a folder", str(path))
+    else:
+        _write_into(path, text)
+
+
+def is_stream(path: Path) -> bool:
+    """Whether ``path`` is a pipe, socket or character device (what ``write_user_file``
+    writes into): a message meant for the terminal must not go into it too."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode))
+
+
+def _write_into(path: Path, text: str) -> None:
+    """Write ``text`` into a pipe, socket or character device. Opened without blocking, so a
+    pipe nobody reads is an error (ENXIO), not a wait without end; then writes block as
+    usual, so a slow reader is waited for."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, "it is a named pipe that nothing reads", str(path)) from None
+        raise
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        handle.write(text)

@@ -527,6 +527,35 @@ def test_export_to_unwritable_place(cli, cli_json, tmp_path):
     assert_user_error(cli("--json", "export", "--format", "markdown"), "--format json")
 
 
+def test_export_into_a_pipe_a_device_or_through_a_link(cli, cli_json, tmp_path):
+    # `-o` renamed a new file over whatever was at the path: over /dev/full (as root) it left
+    # a file where the device was; a link lost its link; `-o /dev/stdout` failed.
+    add(cli_json, "k", "v")
+    real = tmp_path / "synced.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    code, out, _ = cli("export", "-o", str(link))
+    assert code == 0 and link.is_symlink() and json.loads(real.read_text())["memories"]
+    assert stat.S_IMODE(real.stat().st_mode) == 0o600
+
+    assert_user_error(cli("export", "-o", "/dev/full"), "cannot write /dev/full: No space left")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # still the device
+
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    assert_user_error(cli("export", "-o", str(pipe)), "it is a named pipe that nothing reads")
+    reader = subprocess.Popen(["cat", str(pipe)], stdout=subprocess.PIPE)
+    try:
+        code, out, err = cli("export", "-o", str(pipe))
+        read, _ = reader.communicate(timeout=30)
+    finally:
+        reader.kill()
+    assert code == 0 and json.loads(read)["memories"][0]["value"] == "v"
+    assert f"Exported 1 memory (json) to {pipe}." in err and "Exported" not in out
+    assert pipe.exists() and stat.S_ISFIFO(pipe.stat().st_mode)
+
+
 # -- profiles and damaged files ---------------------------------------------------------------
 
 

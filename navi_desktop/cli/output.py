@@ -11,7 +11,7 @@ import shutil
 import sys
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from navi_desktop.terminal_text import safe
 
@@ -23,9 +23,9 @@ def error(message: str) -> None:
     print(f"navi: {one_line(str(message))}", file=sys.stderr)
 
 
-def emit_json(data: Any) -> None:
-    """The one JSON document a command writes to stdout."""
-    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+def emit_json(data: Any, file: TextIO | None = None) -> None:
+    """The one JSON document a command writes to stdout (``file``: elsewhere)."""
+    (file or sys.stdout).write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
 
 
 def one_line(text: str) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from navi_desktop.fileio import write_private_atomic
+from navi_desktop.fileio import write_user_file
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
 
 
@@ -55,5 +55,5 @@ async def export_to(
     body = await text()
     if path.parent == default_folder():
         await asyncio.to_thread(os.makedirs, path.parent, exist_ok=True)  # a fresh account
-    await asyncio.to_thread(write_private_atomic, path, body)
+    await asyncio.to_thread(write_user_file, path, body)
     return path
