@@ -723,11 +723,41 @@ def test_profile_comes_from_config_when_not_given(cli, home):
     assert (home / "data" / "profiles" / "work" / "memory.db").exists()
 
 
+def test_the_apps_options_before_a_command_are_the_commands_or_refused(home, capsys):
+    # `navi --profile work memory add …` wrote to the default profile: the option was the
+    # app's only. A command that cannot honour one is refused and does nothing.
+    from navi_desktop.paths import default_profile
+
+    def navi(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = run(list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert navi("--profile", "work", "memory", "add", "I like tea")[0] == 0
+    assert [
+        m["value"]
+        for m in json.loads(navi("memory", "--json", "list", "--profile", "work")[1])["memories"]
+    ] == ["I like tea"]
+    assert not db_path(home, default_profile()).exists()
+    code, _, err = navi("--profile", "work", "memory", "list", "--profile", "home")
+    assert code == 2 and "two profiles given, 'work' and 'home'" in err
+    assert navi("--profile", "work", "memory", "list", "--profile", "work")[0] == 0
+    code, _, err = navi("--incognito", "memory", "add", "--profile", "work", "I like jazz")
+    assert code == 2 and "`navi memory add` has no incognito mode" in err
+    code, _, err = navi("--profile", "work", "daemon", "status")
+    assert code == 2 and "`navi daemon status` works on no profile" in err
+    code, _, err = navi("--profile", "../x", "memory", "list")
+    assert code == 2 and "invalid profile name '../x'" in err
+    listed = json.loads(navi("memory", "--json", "list", "--profile", "work")[1])["memories"]
+    assert [m["value"] for m in listed] == ["I like tea"]
+
+
 def test_navi_alone_opens_the_app_without_building_the_commands():
     """The app's options reach it; the command parsers (and their imports) are skipped."""
     code = (
         "import sys, navi_desktop.cli.main as m; seen = [];"
-        "m.run_app = lambda args: seen.append((args.incognito, args.app_profile)) or 0;"
+        "m.run_app = lambda args: seen.append((args.app_incognito, args.app_profile)) or 0;"
         "assert m.run([]) == 0; lazy = 'navi_desktop.cli.memory' not in sys.modules;"
         "assert m.run(['--incognito', '--profile', 'work']) == 0;"
         "print(lazy, seen)"

@@ -98,6 +98,12 @@ def test_second_daemon_is_refused_and_incognito_leaves_no_trace(env):
     assert chat.returncode == 0 and "secret reply" in chat.stdout
     assert "incognito session" in chat.stderr
     assert snapshot() == before
+    # Written before the command, as for the app: it was ignored, and this chat was saved.
+    fake.script(Reply("another secret reply"))
+    chat = navi(environ, "--incognito", "chat", "my other secret plan")
+    assert chat.returncode == 0 and "another secret reply" in chat.stdout
+    assert "incognito session" in chat.stderr
+    assert snapshot() == before
 
 
 def test_memory_commands_go_through_the_running_daemon(env):

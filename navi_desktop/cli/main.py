@@ -34,7 +34,10 @@ def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
-        "--incognito", action="store_true", help="open the app in incognito: nothing is saved"
+        "--incognito",
+        dest="app_incognito",
+        action="store_true",
+        help="open the app in incognito: nothing is saved",
     )
     parser.add_argument(
         "--profile", dest="app_profile", metavar="NAME", help="memory profile for the app"
@@ -55,8 +58,33 @@ def run_app(args: argparse.Namespace) -> int:
     from navi_desktop.tui.app import NaviApp
 
     profile = check_profile_name(args.app_profile) if args.app_profile else None
-    NaviApp(Paths.from_env(), profile=profile, incognito=args.incognito or None).run()
+    NaviApp(Paths.from_env(), profile=profile, incognito=args.app_incognito or None).run()
     return 0
+
+
+def apply_app_options(args: argparse.Namespace) -> None:
+    """``navi --profile NAME COMMAND`` and ``navi --incognito COMMAND``: options written before
+    the command are the command's. Before, the command ran without them: on the default
+    profile, and a chat meant to leave no trace was saved. A command that cannot honour one
+    is refused, never run without it."""
+    leaf = args.help_parser
+    takes = {action.dest for action in leaf._actions}  # argparse has no public list of them
+    if args.app_profile:
+        if "profile" not in takes:
+            raise InvalidInput(f"`{leaf.prog}` works on no profile: leave out --profile")
+        given = getattr(args, "profile", None)
+        if given and given != args.app_profile:
+            raise InvalidInput(
+                f"two profiles given, {args.app_profile!r} and {given!r}: give one --profile"
+            )
+        args.profile = args.app_profile
+    if args.app_incognito:
+        if "incognito" not in takes:
+            raise InvalidInput(
+                f"`{leaf.prog}` has no incognito mode (only the app and `navi chat` do):"
+                " nothing was done"
+            )
+        args.incognito = True
 
 
 def _warn_config() -> None:
@@ -84,6 +112,7 @@ def run(argv: list[str] | None = None) -> int:
         handler = run_app
     try:
         if handler is not run_app:  # the app shows config.toml's problems in its banner
+            apply_app_options(args)
             _warn_config()
         return handler(args)
     except (InvalidInput, CorruptDatabase) as err:  # the request itself is wrong
