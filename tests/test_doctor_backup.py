@@ -65,6 +65,16 @@ def test_doctor_on_a_healthy_profile_exits_0_and_says_so(cli, home):
     assert code == 0 and f"`navi memory backup --profile {PROFILE}`" in out
 
 
+def test_doctor_on_something_that_is_not_a_file_gives_no_chmod_advice(cli, home, tmp_path):
+    # `--file /dev/null` advised `chmod 700 /dev` and `chmod 600 /dev/null`.
+    pipe = tmp_path / "pipe.db"
+    os.mkfifo(pipe)
+    tmp_path.chmod(0o755)
+    code, out, _ = cli("doctor", "--file", str(pipe))
+    assert code == 1 and "it is not a regular file" in out
+    assert "chmod" not in out and "permissions" not in out
+
+
 def test_doctor_finds_a_damaged_full_text_index_and_never_writes(cli, home):
     fill(home, 30)
     path = db(home)

@@ -290,6 +290,6 @@ async def test_a_file_where_a_folder_of_profiles_goes_is_named(tmp_path: Path) -
         await MemoryStore.open(path)
     assert str(err.value) == (
         f"cannot use {path}: {tmp_path / 'profiles'} is not a folder; it was left untouched:"
-        " move that away (or delete it), then try again"
+        " move that away, then try again"
     )
     assert (tmp_path / "profiles").read_text() == "a file someone left here\n"

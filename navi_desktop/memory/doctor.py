@@ -298,6 +298,8 @@ def _environment(report: Report) -> None:
 
 def _permissions(report: Report) -> None:
     path = report.path
+    if not path.is_file():  # not a memory file (`--file /dev/null`): its folder is not ours
+        return
     for target, wanted in ((path.parent, 0o700), (path, 0o600)):
         try:
             st = target.stat()

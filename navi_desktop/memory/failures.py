@@ -124,8 +124,7 @@ def not_a_file(path: Path, reason: str) -> ProfileUnreadable:
     """Something other than a file where the profile's files go: no permission would help."""
     path = Path(path)
     error = ProfileUnreadable(
-        f"cannot use {path}: {reason}; it was left untouched: move that away (or delete it),"
-        " then try again"
+        f"cannot use {path}: {reason}; it was left untouched: move that away, then try again"
     )
     error.what = reason  # type: ignore[attr-defined]
     return error
