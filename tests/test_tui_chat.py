@@ -4,6 +4,7 @@ and the fake Ollama on loopback."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 
 import pytest
 
@@ -250,6 +251,34 @@ async def test_incognito_is_unmistakable_and_leaves_nothing_behind(fake, daemon)
         await until(pilot, lambda: not app.status.incognito and not views(app))
     after = await daemon.call("memory.stats")
     assert (after["sessions"], after["messages"]) == (before["sessions"], before["messages"])
+
+
+async def test_incognito_on_a_new_profile_creates_no_file_for_it(fake, tmp_path):
+    # The app's looks at the profile (its count, the sessions, the inspector) opened it, and
+    # opening creates the file: an empty memory was left under the name typed.
+    fake.script(Reply("Off the record."))
+    daemon = await Daemon(make_home(tmp_path, fake.url)).start()
+    folder = daemon.paths.profile_db("brand-new").parent
+    try:
+        app = NaviApp(daemon.paths, profile="brand-new", incognito=True, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            assert app.status.incognito and app.status.memories == 0
+            await say(app, pilot, "a secret")
+            await pilot.press("f3")
+            await until(pilot, lambda: app.screen.__class__.__name__ == "InspectorScreen")
+            await pilot.press("f2")
+        assert not folder.exists()
+        shutil.rmtree(daemon.paths.runtime / "empty-profile")  # a cleaner of the run folder
+        stats = await daemon.call("memory.stats", {"profile": "brand-new"})
+        assert stats["memories"] == {} and stats["path"] == str(folder / "memory.db")
+        await daemon.call("memory.add", {"profile": "brand-new", "args": ["I like tea"]})
+        assert (folder / "memory.db").exists()  # the first write makes the profile
+        listed = await daemon.call("memory.list", {"profile": "brand-new"})
+        assert [m["value"] for m in listed["memories"]] == ["I like tea"]
+    finally:
+        await daemon.stop()
+    assert not (daemon.paths.runtime / "empty-profile").exists()
 
 
 async def test_leaving_incognito_can_keep_the_chat_as_a_session(fake, daemon):

@@ -67,7 +67,7 @@ async def ratings(service: Service, params: ChatRatings, peer: Any) -> dict[str,
     if session is not None:
         found = sorted(session.ratings.values(), key=lambda r: r.message_id)
     else:
-        store = await service.store(service.profile(params.profile))
+        store = await service.read_store(service.profile(params.profile))
         found = await store.ratings(params.session_id)
     return {"ratings": [r.to_dict() for r in found]}
 
@@ -75,7 +75,7 @@ async def ratings(service: Service, params: ChatRatings, peer: Any) -> dict[str,
 @takes(Flagged)
 async def flagged(service: Service, params: Flagged, peer: Any) -> dict[str, Any]:
     """Memories that went into down-rated replies, by id (JSON keys are text)."""
-    store = await service.store(service.profile(params.profile))
+    store = await service.read_store(service.profile(params.profile))
     return {"memories": {str(k): v for k, v in (await store.flagged_memories()).items()}}
 
 

@@ -25,7 +25,8 @@ class MemoryMethods:
         async def handle(params: dict[str, Any], peer: Any) -> Any:
             name, kwargs = memory_params.arguments(method, params)
             profile = self.profile(name)
-            store = await self.store(profile)
+            reads = not memory_params.writes(method)
+            store = await (self.read_store if reads else self.store)(profile)
             forgetting = method == "memory.forget"
             if forgetting:  # what it matches, to scrub the logs the same way
                 scope = kwargs.get("scope", "everywhere")
@@ -34,6 +35,8 @@ class MemoryMethods:
                 # for the logs (the note it saves holds ids, and this needs the text).
                 await asyncio.to_thread(scrub_logs, self.paths.state, needles)
             result, writes = await memory_params.call(store, method, kwargs)
+            if method == "memory.stats" and self.empty.serves(store):  # its path, not ours
+                result |= {"path": str(self.paths.profile_db(profile)), "file_bytes": 0}
             if forgetting:
                 await asyncio.to_thread(scrub_logs, self.paths.state, needles)
                 self._spawn(self._after_forget(store))  # redacted summaries read well again

@@ -322,6 +322,11 @@ def _plain(value: Any) -> Any:
     return value.model_dump(exclude_unset=True) if isinstance(value, BaseModel) else value
 
 
+def writes(method: str) -> bool:
+    """Whether the ``memory.*`` method may change the memory (memory_api.METHODS)."""
+    return memory_api.METHODS[method][2]
+
+
 async def call(store: MemoryStore, method: str, kwargs: dict[str, Any]) -> tuple[Any, bool]:
     """Run one checked ``memory.*`` call; returns (JSON result, whether memory changed)."""
     name, encode, writes = memory_api.METHODS[method]

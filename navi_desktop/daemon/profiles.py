@@ -68,6 +68,9 @@ class ProfileErrors:
     def clear(self, profile: str) -> None:
         self._errors.pop(profile, None)
 
+    def has(self, profile: str) -> bool:
+        return profile in self._errors
+
     def to_dict(self) -> dict[str, dict[str, str]]:
         """For ``daemon.status``: each profile in an error state, its kind and message."""
         return {

@@ -22,6 +22,7 @@ from navi_desktop.daemon import method_params as mp
 from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
+from navi_desktop.daemon.empty_profile import EmptyProfile
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
 from navi_desktop.daemon.memory_methods import MemoryMethods
 from navi_desktop.daemon.ollama_clients import OllamaClients
@@ -74,8 +75,13 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         self.profile_errors = ProfileErrors()  # profiles whose file could not be opened
         self.config_errors: list[str] = []  # config.toml's problems (set by the daemon)
         self.remote = RemoteProfiles(self)  # profiles kept on a memory server
+        self.empty = EmptyProfile()  # what reads of a profile with no file yet see
 
     # -- resources -----------------------------------------------------------------------------
+
+    async def read_store(self, profile: str) -> MemoryStore:
+        """The store for a call that only reads: see empty_profile.py."""
+        return await self.empty.read_store(self, profile)
 
     def profile(self, name: str | None) -> str:
         """The profile a request names, or the configured one."""
@@ -330,6 +336,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         stores, self._stores = self._stores, {}
         closes = {f"profile {p}": store.close() for p, store in stores.items()}
         closes["the memory server's change feeds"] = self.remote.close()
+        closes["the empty profile"] = self.empty.close(self)
         results = await asyncio.gather(*closes.values(), return_exceptions=True)
         for what, result in zip(closes, results, strict=True):
             if isinstance(result, Exception):

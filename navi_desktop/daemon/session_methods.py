@@ -29,12 +29,12 @@ class SessionMethods:
     async def sessions_list(
         self: Service, params: mp.SessionsList, peer: Any
     ) -> list[dict[str, Any]]:
-        store = await self.store(self.profile(params.profile))
+        store = await self.read_store(self.profile(params.profile))
         return [s.to_dict() for s in await store.list_sessions(limit=params.limit)]
 
     @takes(mp.SessionById)
     async def sessions_show(self: Service, params: mp.SessionById, peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
+        store = await self.read_store(self.profile(params.profile))
         session_id = params.id
         session = await store.get_session(session_id)
         return session.to_dict() | {
@@ -69,7 +69,7 @@ class SessionMethods:
 
     @takes(mp.SessionById)
     async def sessions_export(self: Service, params: mp.SessionById, peer: Any) -> dict[str, Any]:
-        store = await self.store(self.profile(params.profile))
+        store = await self.read_store(self.profile(params.profile))
         return {"markdown": await store.export_session(params.id)}
 
     @takes(mp.SessionsKeep)
