@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -20,7 +19,6 @@ if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service
     from navi_desktop.memory.store import MemoryStore
 
-log = logging.getLogger(__name__)
 FOLDER = "empty-profile"  # in the run folder; holds no one's memory
 
 
@@ -66,7 +64,8 @@ class EmptyProfile:
         return await asyncio.shield(self._opening)
 
     async def close(self, service: Service) -> None:
-        """At the daemon's stop: close the empty store and remove its folder."""
+        """Close the empty store and remove its folder (at the daemon's stop, or when a
+        cleaner of the run folder took its file)."""
         if self._opening is None:
             return
         opening, self._opening = self._opening, None
