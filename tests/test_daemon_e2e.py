@@ -208,3 +208,16 @@ def test_control_characters_from_the_model_or_a_title_never_reach_the_terminal(e
     assert "assistant: Hi ?[2Jthere?" in shown.stdout
     exported = navi(environ, "sessions", "export", session_id)  # stdout is a pipe here
     assert "Hi \x1b[2Jthere\x07" in exported.stdout
+
+
+def test_a_look_at_a_profile_with_no_file_through_the_cli_makes_none(env):
+    _, environ, home = env
+    start_daemon(environ)
+    folder = home / "data" / "profiles" / "typo"
+    listed = navi(environ, "memory", "list", "--profile", "typo")
+    assert listed.returncode == 0 and "No memories." in listed.stdout
+    stats = navi(environ, "memory", "stats", "--profile", "typo")
+    assert stats.returncode == 0, stats.stderr
+    assert f"File        {folder / 'memory.db'} (none yet: made by the first memory" in stats.stdout
+    assert navi(environ, "sessions", "list", "--profile", "typo").returncode == 0
+    assert not folder.exists()

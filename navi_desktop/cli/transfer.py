@@ -153,6 +153,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if stats.get("backend") == "postgres":  # a memory server: no file of its own
         print(f"Server      {stats['path']}")
         print(f"Substrings  {stats['substring_search']}")
+    elif not Path(stats["path"]).exists():  # read by the daemon without making the profile
+        print(f"File        {stats['path']} (none yet: made by the first memory saved)")
     else:
         print(f"File        {stats['path']} ({human_size(stats['file_bytes'])})")
     memories = stats["memories"]
