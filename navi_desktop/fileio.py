@@ -10,6 +10,21 @@ import stat
 import tempfile
 from pathlib import Path
 
+# What stands at a path, for messages ("it is a named pipe, not a socket").
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISFIFO, "a named pipe"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISREG, "a regular file"),
+)
+
+
+def kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
 
 class NotRegularFile(OSError):
     """A path that holds a folder, a named pipe or a device where a file was expected."""
@@ -66,12 +81,13 @@ def write_private_atomic(path: Path, text: str) -> None:
             os.close(dir_fd)
 
 
-def write_user_file(path: Path, text: str) -> None:
+def write_user_file(path: Path, text: str) -> bool:
     """Write an export where the user said. A regular file (or none) is written whole or not
     at all (``write_private_atomic``); through a link, the file it points to, so the link
     stays a link. A pipe or a terminal (``-o /dev/stdout``, ``-o >(gzip > f.gz)``) is
     written into, never replaced: a rename over it replaced a device node with a file. A disk
-    device is refused: an export would overwrite the disk."""
+    device is refused: an export would overwrite the disk. True when it went into a stream
+    (then a message meant for the terminal must not go there too)."""
     path = Path(path)
     try:
         mode = os.stat(path).st_mode  # through links: /dev/stdout is one to the real thing
@@ -79,22 +95,13 @@ def write_user_file(path: Path, text: str) -> None:
         mode = stat.S_IFREG
     if stat.S_ISREG(mode):
         write_private_atomic(path.resolve() if path.is_symlink() else path, text)
-    elif stat.S_ISBLK(mode):
-        raise OSError(errno.EINVAL, "it is a disk device", str(path))
-    elif stat.S_ISDIR(mode):
-        raise IsADirectoryError(errno.EISDIR, "it is a folder", str(path))
-    else:
-        _write_into(path, text)
-
-
-def is_stream(path: Path) -> bool:
-    """Whether ``path`` is a pipe, socket or character device (what ``write_user_file``
-    writes into): a message meant for the terminal must not go into it too."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
         return False
-    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode))
+    if stat.S_ISBLK(mode):
+        raise OSError(errno.EINVAL, "it is a disk device", str(path))
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "it is a folder", str(path))
+    _write_into(path, text)
+    return True
 
 
 def _write_into(path: Path, text: str) -> None:

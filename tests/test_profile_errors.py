@@ -96,7 +96,7 @@ DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (folder, "ProfileUnreadable", "it is a folder"),
     (pipe, "ProfileUnreadable", "it is not a regular file; it was left untouched: move that"),
     (pipe_for_its_log, "ProfileUnreadable", "memory.db-wal beside it is a named pipe"),
-    (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a link"),
+    (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a symbolic link"),
 ]
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.cli.output import emit_json, human_size
 from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
-from navi_desktop.fileio import is_stream, write_user_file
+from navi_desktop.fileio import write_user_file
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -57,11 +57,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 0
     target = Path(args.output)
     try:
-        write_user_file(target, text)
+        streamed = write_user_file(target, text)
     except OSError as exc:
         raise InvalidInput(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     count = len(data["memories"])
-    out = sys.stderr if is_stream(target) else sys.stdout  # -o /dev/stdout: not into the export
+    out = sys.stderr if streamed else sys.stdout  # -o /dev/stdout: not into the export
     if wants_json(args):
         emit_json({"path": str(target.absolute()), "format": args.format, "memories": count}, out)
     else:

@@ -17,23 +17,10 @@ import stat
 from pathlib import Path
 
 from navi_desktop.errors import NaviError
+from navi_desktop.fileio import kind
 from navi_desktop.paths import UnsafePath
 
 log = logging.getLogger(__name__)
-
-_KINDS = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISCHR, "a device"),
-    (stat.S_ISBLK, "a device"),
-    (stat.S_ISLNK, "a symbolic link"),
-    (stat.S_ISREG, "a regular file"),
-)
-
-
-def kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def open_private_file(path: Path, flags: int) -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlean
 
 from navi_desktop.errors import NaviError, ProfileForeign
+from navi_desktop.fileio import kind
 from navi_desktop.memory.failures import (
     damaged,
     moved,
@@ -103,15 +104,6 @@ def check_file(path: Path) -> int:
     return st.st_size
 
 
-# What stands at a path that should hold a file, when it is something else.
-_KINDS = (
-    (stat.S_ISLNK, "a link"),
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a named pipe"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
 def _check_companions(path: Path) -> None:
     """SQLite opens the log and shared-memory files beside the memory file by name, and only
     ever makes them as plain files: anything else there (a named pipe made every write fail
@@ -124,8 +116,7 @@ def _check_companions(path: Path) -> None:
         except OSError as exc:
             raise os_failure(exc, side) from exc
         if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "a device")
-            raise not_a_file(path, f"{side.name} beside it is {kind}, not a file SQLite made")
+            raise not_a_file(path, f"{side.name} beside it is {kind(mode)}, not a file SQLite made")
 
 
 def _denied(st: os.stat_result) -> str:
