@@ -221,3 +221,25 @@ def test_a_look_at_a_profile_with_no_file_through_the_cli_makes_none(env):
     assert f"File        {folder / 'memory.db'} (none yet: made by the first memory" in stats.stdout
     assert navi(environ, "sessions", "list", "--profile", "typo").returncode == 0
     assert not folder.exists()
+
+
+def test_the_empty_profile_is_made_afresh_and_never_through_a_link(env, tmp_path):
+    # It holds nothing: one a killed daemon or another version left (here, damaged) failed
+    # every look at a new profile with "run navi memory doctor", about a file of no profile.
+    _, environ, home = env
+    empty = home / "run" / "empty-profile"
+    empty.mkdir(parents=True, mode=0o700)
+    (empty / "memory.db").write_text("garbage left behind\n")
+    listed = navi(environ, "memory", "list", "--profile", "typo")
+    assert listed.returncode == 0 and "No memories." in listed.stdout, listed.stderr
+    assert navi(environ, "daemon", "stop").returncode == 0
+    assert not empty.exists()
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    empty.symlink_to(elsewhere)
+    listed = navi(environ, "memory", "list", "--profile", "typo")
+    assert listed.returncode != 0
+    [line] = listed.stderr.strip().splitlines()
+    assert str(empty) in line and "symbolic link" in line
+    assert list(elsewhere.iterdir()) == [] and empty.is_symlink()

@@ -59,6 +59,9 @@ class EmptyProfile:
         if opened is not None and opened.db.moved_away():  # a cleaner of the run folder
             await self.close(service)
         if self._opening is None or (self._opening.done() and self._opened() is None):
+            # Made afresh: it holds nothing, and one a killed daemon or another version left
+            # (damaged, too new) would fail every such read with a profile's error.
+            shutil.rmtree(service.paths.runtime / FOLDER, ignore_errors=True)  # not via a link
             folder = ensure_own_dir(service.paths.runtime / FOLDER, "run folder")
             self._opening = asyncio.ensure_future(MemoryStore.open(folder / "memory.db"))
         return await asyncio.shield(self._opening)
