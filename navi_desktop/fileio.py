@@ -30,6 +30,18 @@ class NotRegularFile(OSError):
     """A path that holds a folder, a named pipe or a device where a file was expected."""
 
 
+def nothing_at(path: Path) -> bool:
+    """Nothing at ``path`` (a link is something). Anything else, an unreadable folder or a
+    file where a folder goes too, is for whoever opens it to report in its own words."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
     """A descriptor for the regular file at ``path``. Opened without blocking and checked on
     the descriptor itself: a named pipe planted at the path would hold the reader forever, and

@@ -51,7 +51,7 @@ def cmd_pin(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.pin(args.id, not args.off)
 
-    m = with_store(args, work, memory_id=args.id)
+    m = with_store(args, work, unknown=f"no memory with id {args.id}")
     if wants_json(args):
         emit_json({"memory": m.to_dict()})
     else:
@@ -63,7 +63,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore):
         return await store.confirm(args.id)
 
-    m = with_store(args, work, memory_id=args.id)
+    m = with_store(args, work, unknown=f"no memory with id {args.id}")
     if wants_json(args):
         emit_json({"memory": m.to_dict()})
     else:
@@ -117,7 +117,7 @@ def cmd_edit(args: argparse.Namespace) -> int:
         after = await store.edit(args.id, **changes)
         return ("edited" if after != before else "unchanged"), after
 
-    action, m = with_store(args, work, memory_id=args.id)
+    action, m = with_store(args, work, unknown=f"no memory with id {args.id}")
     replaced = args.id if action == "corrected" else None
     if wants_json(args):
         emit_json({"action": action, "memory": m.to_dict(), "replaced": replaced})

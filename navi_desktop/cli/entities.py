@@ -66,7 +66,9 @@ def cmd_entity(args: argparse.Namespace) -> int:
             return "merged", await store.merge_entities(name, args.merge)
         return None, await store.entity(name, limit=args.limit)
 
-    action, profile = with_store(args, work)
+    looks = args.rename is None and args.merge is None
+    unknown = None if looks else f"no entity named {name!r}"  # renaming what is not there
+    action, profile = with_store(args, work, reads=looks, unknown=unknown)
     if wants_json(args):
         emit_json({"action": action, "entity": profile.to_dict()} if action else profile.to_dict())
         return 0
@@ -121,7 +123,7 @@ def cmd_entities(args: argparse.Namespace) -> int:
             sort=args.sort, query=args.search, limit=args.limit, offset=args.offset
         )
 
-    entities, total = with_store(args, work)
+    entities, total = with_store(args, work, reads=True)
     if wants_json(args):
         emit_json(
             {

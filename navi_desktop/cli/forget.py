@@ -121,7 +121,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         return report
 
     compacted: dict[str, int] = {}
-    preview, report = with_store(args, work, memory_id=args.id)
+    preview, report = with_store(args, work, unknown=f"no memory with id {args.id}")
     broad = preview.broad if scope == "everywhere" else None
     if report is None:  # not asked: --yes refused for a broad value, or no terminal
         if args.yes:

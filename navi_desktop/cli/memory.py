@@ -253,7 +253,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             offset=args.offset,
         )
 
-    memories, total = with_store(args, work)
+    memories, total = with_store(args, work, reads=True)
     if wants_json(args):
         emit_json(
             {
@@ -318,7 +318,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             include_inactive=args.include_inactive,
         )
 
-    hits = with_store(args, work)
+    hits = with_store(args, work, reads=True)
     if wants_json(args):
         emit_json({"query": args.query, "hits": [h.to_dict() for h in hits]})
         return 0
@@ -360,7 +360,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         m = await store.get(args.id)
         return m, await store.versions(m.id), await store.history(args.id)
 
-    m, versions, history = with_store(args, work, memory_id=args.id)
+    m, versions, history = with_store(args, work, unknown=f"no memory with id {args.id}")
     if wants_json(args):
         emit_json(
             {

@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from navi_desktop.cli.main import CommandError
@@ -58,29 +59,36 @@ async def running_daemon(paths: Any) -> Any:
         return None
 
 
+def embedder_choice() -> str:
+    choice = os.environ.get("NAVI_EMBEDDER", "auto")
+    if choice not in ("auto", "local", "none"):
+        raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
+    return choice
+
+
 def offline_embedder() -> Embedder | None:
     """The offline embedder when installed, unless NAVI_EMBEDDER=none."""
     from navi_desktop.memory.embedders import embedder_by_name
 
-    choice = os.environ.get("NAVI_EMBEDDER", "auto")
-    if choice not in ("auto", "local", "none"):
-        raise InvalidInput(f"NAVI_EMBEDDER must be auto, local or none, got {choice!r}")
-    return embedder_by_name(choice)
+    return embedder_by_name(embedder_choice())
 
 
 def with_store(
     args: argparse.Namespace,
     work: Callable[[MemoryStore], Awaitable[T]],
     *,
-    memory_id: int | None = None,
+    unknown: str | None = None,
+    reads: bool = False,
 ) -> T:
     """Open the profile's store, run ``work`` on it, always close it.
 
-    With ``memory_id``, a profile that has no file yet is not created just to say the id is
-    unknown.
+    A profile that has no file yet is not created by a look at it: work that only ``reads``
+    sees an empty store (the daemon does the same), and work on something named in it (a
+    memory's id, an entity) fails at once with ``unknown``, which says it is not there.
     """
 
     from navi_desktop.cli.config_check import settings
+    from navi_desktop.fileio import nothing_at
     from navi_desktop.memory import MemoryStore
     from navi_desktop.memory.backends import on_server, open_server_store
     from navi_desktop.memory.db import DbError
@@ -91,8 +99,8 @@ def with_store(
     path = paths.profile_db(profile)
     memory = settings(paths).memory
     server = on_server(memory)
-    if memory_id is not None and not server and not path.exists():
-        raise NotFound(f"no memory with id {memory_id}")
+    if unknown is not None and not server and nothing_at(path):
+        raise NotFound(unknown)
 
     async def main() -> T:
         client = await running_daemon(paths)
@@ -105,6 +113,8 @@ def with_store(
                 await client.close()
         if server:  # the profile lives on a memory server
             opened = open_server_store(memory, profile, embedder=offline_embedder())
+        elif reads and nothing_at(path):
+            return await _on_empty_store(paths, work)
         else:
             opened = MemoryStore.open(path, embedder=offline_embedder())
         async with await opened as store:
@@ -121,6 +131,20 @@ def with_store(
     except OSError as exc:
         where = exc.filename or path
         raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
+
+
+async def _on_empty_store(paths: Any, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
+    """``work`` on an empty store of its own, in a private folder removed afterwards."""
+    import tempfile
+
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.paths import ensure_own_dir
+
+    embedder_choice()  # a bad setting is named whatever the profile; an empty store needs none
+    run = ensure_own_dir(paths.runtime, "run folder")
+    with tempfile.TemporaryDirectory(prefix="empty-profile-", dir=run) as folder:
+        async with await MemoryStore.open(Path(folder) / "memory.db") as store:
+            return await work(store)
 
 
 def key_label(m: Memory) -> str:

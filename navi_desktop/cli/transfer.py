@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.cli.output import emit_json, human_size
 from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
-from navi_desktop.fileio import write_user_file
+from navi_desktop.fileio import nothing_at, write_user_file
+from navi_desktop.paths import Paths
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -51,7 +52,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         )
         return data, text
 
-    data, text = with_store(args, work)
+    data, text = with_store(args, work, reads=True)
     if to_stdout:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return 0
@@ -141,10 +142,15 @@ def spooled(raw: bytes) -> Iterator[Path]:
 def cmd_stats(args: argparse.Namespace) -> int:
     args.profile = profile = profile_name(args)  # resolved once: with_store reads it from args
 
-    async def work(store: MemoryStore):
-        return await store.stats()
+    own = Paths.from_env().profile_db(profile)
 
-    stats = with_store(args, work)
+    async def work(store: MemoryStore):
+        stats = await store.stats()
+        if stats.get("backend") != "postgres" and nothing_at(own):  # an empty store answered
+            stats |= {"path": str(own), "file_bytes": 0}
+        return stats
+
+    stats = with_store(args, work, reads=True)
     stats = {"profile": profile, **stats}
     if wants_json(args):
         emit_json(stats)

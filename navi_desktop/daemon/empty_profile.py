@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.fileio import nothing_at
 from navi_desktop.paths import ensure_own_dir
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ class EmptyProfile:
             or profile in service._stores
             or profile in service._opening
             or service.profile_errors.has(profile)
-            or not _missing(service.paths.profile_db(profile))
+            or not nothing_at(service.paths.profile_db(profile))
         ):
             return await service.store(profile)
         return await self._store(service)
@@ -75,15 +74,3 @@ class EmptyProfile:
         with contextlib.suppress(Exception):
             await (await opening).close()
         shutil.rmtree(service.paths.runtime / FOLDER, ignore_errors=True)
-
-
-def _missing(path: Path) -> bool:
-    """Nothing at ``path`` (a link is something). Anything else, an unreadable folder or a
-    file where a folder goes too, is the profile's own to open, or to report in its words."""
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    return False
