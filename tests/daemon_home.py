@@ -41,9 +41,9 @@ def navi(
 class Home:
     """A NAVI_HOME, the environment for ``navi`` subprocesses, and the fake Ollama."""
 
-    def __init__(self, root: Path, fake: ThreadedFakeOllama) -> None:
+    def __init__(self, root: Path, fake: ThreadedFakeOllama, name: str = "h") -> None:
         self.root = root
-        self.home = root / "h"
+        self.home = root / name
         (self.home / "config").mkdir(parents=True)
         (self.home / "config" / "config.toml").write_text(CONFIG)
         self.environ = {**os.environ, "NAVI_HOME": str(self.home), "OLLAMA_HOST": fake.url}
@@ -75,10 +75,11 @@ class Home:
 
 
 @contextlib.contextmanager
-def navi_home() -> Iterator[Home]:
+def navi_home(name: str = "h") -> Iterator[Home]:
+    """``name``: the NAVI_HOME folder's own name (any bytes, as ``os.fsdecode`` gives them)."""
     root = Path(tempfile.mkdtemp(prefix="navi-files-"))  # short: socket paths are limited
     fake = ThreadedFakeOllama(MODELS).start()
-    h = Home(root, fake)
+    h = Home(root, fake, name)
     try:
         yield h
     finally:

@@ -301,6 +301,22 @@ def test_messages_say_what_the_value_must_be(daemon: Daemon) -> None:
     )
 
 
+def test_a_file_path_may_be_any_bytes_but_not_half_a_character_or_nul(daemon: Daemon) -> None:
+    """A path's bytes that are not UTF-8 come as lone surrogates from \\udc80 to \\udcff
+    (os.fsdecode); only a path may hold them. Other lone surrogates are no file's name."""
+
+    def message(path: str) -> str:
+        return daemon.raw.call("memory.import_file", mem(path))["error"]["message"]
+
+    missing = os.fsdecode(b"/nowhere/caf\xe9.json")
+    assert message(missing).startswith("cannot read /nowhere/caf")  # accepted: not there
+    assert message("/a\ud800") == (
+        "parameter 'path' must be valid Unicode text: it holds a lone surrogate at character 2"
+    )
+    assert message("/a\x00b").startswith("parameter 'path' must be a file path of 1 to 4,096")
+    assert message("").startswith("parameter 'path' must be a file path of 1 to 4,096")
+
+
 def test_a_number_out_of_range_never_reaches_the_handler(daemon: Daemon) -> None:
     """1e400 is valid JSON, but no float: refused as a parse error or as the parameter."""
 

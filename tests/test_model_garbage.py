@@ -77,3 +77,20 @@ async def test_a_garbage_profile_leaves_it_stale_and_the_session_processed(store
     assert not report.profile_updated
     _, stale = await store.profile_summary()
     assert stale  # written by a later try
+
+
+async def test_a_lone_surrogate_escaped_in_the_models_json_is_kept_as_a_replacement(
+    store, llm, fake
+):
+    """The model's JSON is text inside the server's JSON: its own "\\ud800" escape decodes to
+    a lone surrogate only when Navi parses it, which no row can hold. It is U+FFFD there, as
+    in the server's layer, and the session's facts and summary are saved."""
+    sid = await new_session(store, ("user", "I live in Lyon."))
+    fact = json.loads(LYON % "0.9") | {"attribute": "home \ud800city"}
+    fake.script(extraction([fact], summary="The user lives in Lyon \udfff now."))
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert report.status == "processed" and report.learned.get("added"), report
+    rows = await store.db.fetchall("SELECT coalesce(key, '') || ': ' || value FROM memories")
+    texts = [row[0] for row in rows]
+    assert any("home \ufffdcity" in t for t in texts), texts
+    assert any("Lyon \ufffd now" in t for t in texts), texts

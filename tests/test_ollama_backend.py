@@ -357,6 +357,38 @@ async def test_a_lone_surrogate_in_any_model_text_comes_in_as_a_replacement_char
 
 
 @pytest.mark.parametrize(
+    "content",
+    [
+        '{"facts": [{"key": "c\\udfffat", "value": "Mi\\ud800so", "confidence": 0.9}]}',
+        'Here: {"facts": [{"key": "c\\uDFFFat", "value": "Mi\\uD800so", "confidence": 0.9}]}',
+    ],
+    ids=["whole", "in prose"],
+)
+async def test_a_lone_surrogate_escaped_in_the_models_own_json_comes_in_replaced(
+    fake, backend, content
+):
+    """The model's JSON is a second layer of escapes: "\\ud800" in its text is a lone
+    surrogate only once Navi parses it, however it found the JSON."""
+    fake.script(Reply(content))
+    result = await backend.complete_json("llama3.2", USER, FACTS_SCHEMA)
+    assert result["facts"][0] == {"key": "c\ufffdat", "value": "Mi\ufffdso", "confidence": 0.9}
+
+
+def test_replacing_lone_surrogates_reaches_keys_and_any_depth():
+    from navi_desktop.llm.jsontext import find_json
+
+    deep = "[" * 900 + '{"k\\ud800": "v\\udc00"}' + "]" * 900
+    value = find_json(deep).value
+    for _ in range(900):
+        value = value[0]
+    assert value == {"k\ufffd": "v\ufffd"}
+    cut = find_json('{"facts": [{"v": "Mi\\ud800so"}, {"ke', salvage=True)
+    assert cut is not None and cut.cut and cut.value == {"facts": [{"v": "Mi\ufffdso"}]}
+    # An escaped backslash before "ud800" is text, not an escape: left as it is.
+    assert find_json('{"a": "\\\\ud800"}').value == {"a": "\\ud800"}
+
+
+@pytest.mark.parametrize(
     ("output", "done_reason", "expected"),
     [
         ("Sure! Here are the facts you asked for", "stop", "not valid JSON"),

@@ -15,7 +15,7 @@ import os
 import sys
 
 from navi_desktop import __version__
-from navi_desktop.cli.output import error
+from navi_desktop.cli.output import bytes_through, error
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError
 
 
@@ -87,6 +87,29 @@ def apply_app_options(args: argparse.Namespace) -> None:
         args.incognito = True
 
 
+PATH_ARGUMENTS = frozenset({"file", "output"})  # a file's name may be any bytes; the rest is text
+
+
+def check_text(args: argparse.Namespace) -> None:
+    """Refuse an argument that is not UTF-8 text (Python keeps its bytes as lone surrogates,
+    which no memory, frame or log line can hold) before anything is done with it."""
+    for name, value in vars(args).items():
+        for item in value if isinstance(value, list) else [value]:
+            if name in PATH_ARGUMENTS or not isinstance(item, str):
+                continue
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                try:
+                    shown = repr(item.encode("utf-8", "surrogateescape"))[1:]
+                except UnicodeEncodeError:
+                    shown = repr(item.encode("utf-8", "backslashreplace"))[1:]
+                raise InvalidInput(
+                    f"an argument is not UTF-8 text: {shown}; check the terminal's encoding"
+                    " (locale), or what passed it"
+                ) from None
+
+
 def _warn_config() -> None:
     """config.toml's problems as warning lines on stderr (cli/config_check.py)."""
     from navi_desktop.cli import config_check
@@ -111,6 +134,8 @@ def run(argv: list[str] | None = None) -> int:
             return 0
         handler = run_app
     try:
+        check_text(args)
+        bytes_through()
         if handler is not run_app:  # the app shows config.toml's problems in its banner
             apply_app_options(args)
             _warn_config()

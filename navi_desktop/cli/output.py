@@ -23,9 +23,24 @@ def error(message: str) -> None:
     print(f"navi: {one_line(str(message))}", file=sys.stderr)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def emit_json(data: Any, file: TextIO | None = None) -> None:
-    """The one JSON document a command writes to stdout (``file``: elsewhere)."""
-    (file or sys.stdout).write(json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    """The one JSON document a command writes to stdout (``file``: elsewhere). A file name
+    that is not UTF-8 (its bytes kept as lone surrogates) is written as JSON's escapes, which
+    read back to the same name."""
+    text = json.dumps(data, ensure_ascii=False, indent=2)
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    (file or sys.stdout).write(text + "\n")
+
+
+def bytes_through() -> None:
+    """Print a file name that is not UTF-8 as its bytes, as ``ls`` does, where a strict
+    stdout (a UTF-8 locale other than C.UTF-8) would fail after the work was done."""
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="surrogateescape")
 
 
 def one_line(text: str) -> str:

@@ -25,6 +25,7 @@ from navi_desktop.daemon.params import (
     Says,
     Timestamp,
     Unit,
+    file_path,
     integer,
     parse,
     text,
@@ -222,7 +223,7 @@ class ImportFile(MemoryParams):
     """An export the daemon reads from its path: a large one does not fit in a request."""
 
     positional = ("path",)
-    path: text(4096, what="a file path")  # type: ignore[valid-type]
+    path: file_path()  # type: ignore[valid-type]
 
 
 class Nothing(MemoryParams):

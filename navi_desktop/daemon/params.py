@@ -16,6 +16,7 @@ import functools
 import inspect
 import json
 import math
+import os
 import typing
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -82,6 +83,27 @@ def text(max_chars: int, *, blank: bool = False, what: str = "a string") -> Any:
         AfterValidator(_unicode),
         AfterValidator(_not_blank),
         Says(says),
+    ]
+
+
+def file_path(max_chars: int = 4096) -> Any:
+    """A file's path as the OS gives it: bytes that are not UTF-8 come as lone surrogates
+    (Python's surrogateescape), which only a path may hold. Bounded here, not by ``Field``:
+    pydantic's own length check refuses every lone surrogate."""
+
+    def check(value: str) -> str:
+        if not 1 <= len(value) <= max_chars:
+            raise PydanticCustomError("length", f"must be 1 to {max_chars:,} characters long")
+        try:
+            encoded = os.fsencode(value)
+        except UnicodeEncodeError:
+            raise PydanticCustomError("unicode", surrogate(value)) from None
+        if b"\0" in encoded:
+            raise PydanticCustomError("nul", "must not hold a NUL character")
+        return value
+
+    return Annotated[
+        str, AfterValidator(check), Says(f"a file path of 1 to {max_chars:,} characters")
     ]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon.method_params import ProfileParams
-from navi_desktop.daemon.params import takes, text
+from navi_desktop.daemon.params import file_path, takes
 from navi_desktop.errors import InvalidInput, NaviError, ProfileError
 from navi_desktop.memory.failures import moved
 from navi_desktop.memory.filecheck import identity
@@ -168,7 +168,7 @@ def _drop_stale_log(old: MemoryStore) -> None:
 
 
 class ProfileRestore(ProfileParams):
-    file: text(4096, what="a file path")  # type: ignore[valid-type]
+    file: file_path()  # type: ignore[valid-type]
 
 
 def handlers(service: Service) -> dict[str, Any]:

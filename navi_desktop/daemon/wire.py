@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 PARSE_ERROR = -32700
@@ -37,7 +38,17 @@ def encode(msg: dict[str, Any]) -> bytes:
     """One frame: compact UTF-8 JSON and a newline. NaN and infinities are refused
     (``ValueError``): they are not JSON."""
     text = json.dumps(msg, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8") + b"\n"
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError:  # a file name that is not UTF-8: JSON's escape carries it
+        return _SURROGATE.sub(_escape, text).encode("utf-8") + b"\n"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"
 
 
 class FrameError(ValueError):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import replace
@@ -31,7 +30,7 @@ from navi_desktop.llm.errors import (
     ToolLoopLimit,
     one_line,
 )
-from navi_desktop.llm.jsontext import Found, find_json
+from navi_desktop.llm.jsontext import Found, find_json, whole, whole_value
 from navi_desktop.llm.schema import clamp, schema_error
 from navi_desktop.llm.translate import Translate
 from navi_desktop.llm.types import (
@@ -50,7 +49,6 @@ from navi_desktop.llm.types import (
 )
 
 T = TypeVar("T")
-_SURROGATE = re.compile("[\ud800-\udfff]")  # only ever lone in a str decoded from JSON
 ChatMessage = Mapping[str, Any]
 ToolSpec = Mapping[str, Any] | Callable[..., Any]
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -252,7 +250,9 @@ class OllamaBackend:
                     yield ContentDelta(said)
                 if message.tool_calls:
                     new = tuple(
-                        ToolCall(whole(c.function.name), whole_args(c.function.arguments))
+                        ToolCall(
+                            whole(c.function.name), whole_value(dict(c.function.arguments or {}))
+                        )
                         for c in message.tool_calls
                     )
                     calls.extend(new)
@@ -491,19 +491,6 @@ class OllamaBackend:
                 yield item
         finally:
             await stream.aclose()
-
-
-def whole(text: str) -> str:
-    """A model's text as valid Unicode. JSON lets a server send a lone surrogate ("\\ud800"),
-    which no socket frame, file or SQLite row can hold: it becomes U+FFFD here, where the
-    model's text comes in, not an error wherever it goes next."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
-
-
-def whole_args(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A tool call's arguments, every string in them ``whole``."""
-    found = json.dumps(dict(arguments or {}), ensure_ascii=False)
-    return json.loads(whole(found)) if _SURROGATE.search(found) else dict(arguments or {})
 
 
 def _no_json(text: str, done_reason: str | None) -> str:

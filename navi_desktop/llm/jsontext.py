@@ -15,6 +15,8 @@ from typing import Any
 _DECODER = json.JSONDecoder()
 _CLOSE = {"{": "}", "[": "]"}
 _START = re.compile(r"[{\[]")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # only ever lone in a str decoded from JSON
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how JSON writes one
 # What a parse can raise besides a syntax error (JSONDecodeError is a ValueError): nesting
 # deeper than the parser goes, a number of more than 4,300 digits.
 UNREADABLE = (ValueError, RecursionError)
@@ -27,10 +29,49 @@ class Found:
     cut: bool = False  # the JSON was incomplete; only whole items were kept
 
 
+def whole(text: str) -> str:
+    """A model's text as valid Unicode. JSON lets a server send a lone surrogate ("\\ud800"),
+    which no socket frame, file or SQLite row can hold: it becomes U+FFFD here, where the
+    model's text comes in, not an error wherever it goes next."""
+    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+
+
+def whole_value(value: Any) -> Any:
+    """``value`` (fresh from a JSON parse: changed in place) with every string in it, keys
+    too, ``whole``. Without recursion: a model's JSON may nest as deep as the parser goes."""
+    if isinstance(value, str):
+        return whole(value)
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in [k for k in item if _SURROGATE.search(k)]:
+                item[whole(key)] = item.pop(key)
+            pairs: Any = item.items()
+        elif isinstance(item, list):
+            pairs = enumerate(item)
+        else:
+            continue
+        for key, v in list(pairs):
+            if isinstance(v, str):
+                item[key] = whole(v)
+            elif isinstance(v, (dict, list)):
+                stack.append(v)
+    return value
+
+
 def find_json(text: str, *, salvage: bool = False) -> Found | None:
     """The JSON value in ``text``: the whole text, else the first object or array in it (text
     before and after ignored), else — with ``salvage`` — the longest complete prefix of a cut
-    object, closed. None when there is none."""
+    object, closed. None when there is none. Its strings are ``whole``: the model's JSON is
+    a second layer of escapes, where a lone surrogate can hide from the first."""
+    found = _find(text, salvage)
+    if found is not None and _SURROGATE_ESCAPE.search(text):
+        return Found(whole_value(found.value), found.prose, found.cut)
+    return found
+
+
+def _find(text: str, salvage: bool) -> Found | None:
     stripped = text.strip()
     try:
         return Found(json.loads(stripped))

@@ -118,7 +118,40 @@ def parse_export(text: str, source: str = "input") -> dict[str, Any]:
         ) from None
     except _BadNumber as exc:
         raise InvalidInput(f"{source}: not a Navi memory export: {exc}") from None
+    if "\\u" in text and (where := _lone_surrogate(data)) is not None:
+        raise InvalidInput(
+            f"{source}: not valid text at {where}: a \\u escape there is half of a character"
+            " (a lone surrogate, which no memory can hold); export the profile again, or fix"
+            " that string"
+        )
     return validate_export(data, source)
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    """Where in ``data`` a string (or a key) holds a lone surrogate, as ``memories[3].value``;
+    None when none does. Only a JSON escape can put one there: the file itself is UTF-8."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if not _encodes(value):
+                return where or "the top"
+        elif isinstance(value, dict):
+            if not all(map(_encodes, value)):
+                return f"{where or 'the top'}, in a key"
+            items = [(item, f"{where}.{key}" if where else key) for key, item in value.items()]
+            stack.extend(reversed(items))  # the first in the file is named
+        elif isinstance(value, list):
+            stack.extend(reversed([(item, f"{where}[{i}]") for i, item in enumerate(value)]))
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # Optional fields of a memory and what each must be when present (None is always allowed).

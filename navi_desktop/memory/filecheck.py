@@ -41,7 +41,9 @@ def wal_path(path: Path) -> Path:
 
 
 def file_uri(path: Path) -> str:
-    return "file:" + urllib.parse.quote(str(Path(path).absolute()))
+    """SQLite's URI for ``path``, quoted from its bytes: a folder whose name is not UTF-8 (a
+    home folder named in Latin-1) has no UTF-8 text, but SQLite opens the bytes it decodes."""
+    return "file:" + urllib.parse.quote(os.fsencode(Path(path).absolute()))
 
 
 Identity = tuple[int, int]  # (device, inode)
