@@ -4,6 +4,7 @@ reason (pending) or a processed session, never an exception out of the seam."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -94,3 +95,45 @@ async def test_a_lone_surrogate_escaped_in_the_models_json_is_kept_as_a_replacem
     texts = [row[0] for row in rows]
     assert any("home \ufffdcity" in t for t in texts), texts
     assert any("Lyon \ufffd now" in t for t in texts), texts
+
+
+VECTOR_GARBAGE = {
+    "NaN": lambda dim: [math.nan] * dim,
+    "infinity": lambda dim: [math.inf] + [0.5] * (dim - 1),
+    "zeros": lambda dim: [0.0] * dim,
+    "no numbers": lambda dim: [],
+    "the wrong size": lambda dim: [0.5] * (dim + 3),
+}
+
+
+@pytest.mark.parametrize("kind", VECTOR_GARBAGE)
+async def test_an_embedding_that_is_no_vector_is_never_stored(tmp_path, monkeypatch, kind):
+    """A model server's vectors for one text are garbage: that memory keeps no vector (one
+    would stand for it in every search) and is found by its words; the others in its batch
+    get theirs; a query the model cannot embed searches by words."""
+    import tests.fake_ollama as fo
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.embedders import OllamaEmbedder
+    from tests.pipeline_helpers import make_backend
+
+    real = fo.fake_vector
+
+    def vector(model: str, text: str, dim: int, keep: int | None = None) -> list[float]:
+        return VECTOR_GARBAGE[kind](dim) if "poison" in text else real(model, text, dim, keep)
+
+    monkeypatch.setattr(fo, "fake_vector", vector)
+    async with fo.FakeOllama(fo.DEFAULT_MODELS) as fake, make_backend(fake) as llm:
+        embedder = OllamaEmbedder("nomic-embed-text", llm.embed_fn)
+        async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:
+            for value in ("I drink green tea", "poison ivy grows by the shed", "I cycle to work"):
+                await store.add_memory(value)
+            await store.backfill_embeddings()
+            rows = await store.db.fetchall(
+                "SELECT m.value FROM embeddings e JOIN memories m ON m.id = e.memory_id"
+            )
+            assert sorted(r[0] for r in rows) == ["I cycle to work", "I drink green tea"]
+            poisoned = (await store.search("poison ivy"))[0].memory
+            assert poisoned is not None and poisoned.value == "poison ivy grows by the shed"
+            hits = await store.search("green tea")
+            assert hits[0].memory.value == "I drink green tea" and "vector" in hits[0].signals
+            assert await store.missing_embeddings() == 1  # asked again later

@@ -437,11 +437,11 @@ class OllamaBackend:
                     f" during {operation}"
                 )
             vectors.extend(list(v) for v in response.embeddings)
+        # Vectors of mixed sizes (or NaN, zeros) are the engine's to sort out text by text
+        # (embedders.normalized): one text a model cannot embed must not hold up the others.
         dims = {len(v) for v in vectors}
-        if len(dims) > 1:
-            raise OllamaError(f"Ollama returned vectors of sizes {sorted(dims)} during {operation}")
-        dim = dims.pop() if dims else self.embedding_dims.get(model, 0)
-        if vectors:
+        dim = dims.pop() if len(dims) == 1 else self.embedding_dims.get(model, 0)
+        if len(vectors) and dim:
             self.embedding_dims[model] = dim
         return Embeddings(model=model, dim=dim, vectors=vectors)
 

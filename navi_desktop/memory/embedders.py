@@ -26,13 +26,36 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray: ...
 
 
-def normalized(vectors: Sequence[Sequence[float]] | np.ndarray) -> np.ndarray:
-    array = np.asarray(vectors, dtype=np.float32)
-    if array.ndim != 2:
-        raise ValueError(f"expected a 2-d batch of vectors, got shape {array.shape}")
-    norms = np.linalg.norm(array, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return array / norms
+class BadVector(ValueError):
+    """An embedder's answer that is no vector: empty, all zeros, NaN or infinity, or a batch
+    of mixed sizes. ``index``: the first bad text in the batch (None: the batch as a whole).
+    Stored, it would stand for its memory in every search from then on."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
+
+
+def normalized(
+    vectors: Sequence[Sequence[float]] | np.ndarray, source: str = "the embedder"
+) -> np.ndarray:
+    """``vectors`` scaled to length 1, as float32; :class:`BadVector` for garbage."""
+    try:
+        array = np.asarray(vectors, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise BadVector(f"{source} returned vectors of mixed sizes or not of numbers") from None
+    if array.ndim != 2 or array.shape[1] == 0:
+        raise BadVector(f"{source} returned no vectors (an array of shape {array.shape})")
+    finite = np.isfinite(array).all(axis=1)
+    if not finite.all():
+        i = int(np.argmin(finite))
+        raise BadVector(f"{source} returned NaN or infinity in the vector of text {i + 1}", i)
+    scale = np.abs(array).max(axis=1, keepdims=True)  # no overflow squaring 1e300
+    if not scale.all():
+        i = int(np.argmin(scale[:, 0]))
+        raise BadVector(f"{source} returned a vector of zeros for text {i + 1}", i)
+    array /= scale
+    return (array / np.linalg.norm(array, axis=1, keepdims=True)).astype(np.float32)
 
 
 # Models trained with task prefixes retrieve much better when given them.
@@ -76,7 +99,7 @@ class OllamaEmbedder:
         vectors = await self._embed_fn(self.ollama_model, [prefix + t for t in texts])
         if len(vectors) != len(texts):
             raise ValueError(f"{self.model} returned {len(vectors)} vectors for {len(texts)} texts")
-        return normalized(vectors)
+        return normalized(vectors, self.model)
 
 
 class LocalEmbedder:
@@ -98,7 +121,7 @@ class LocalEmbedder:
     def _run(self, texts: list[str], query: bool) -> np.ndarray:
         with self._lock:
             out = self._engine.query(texts) if query else self._engine.passage(texts)
-        return normalized(np.atleast_2d(out))
+        return normalized(np.atleast_2d(out), self.model)
 
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,8 +13,11 @@ import numpy as np
 
 from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text, text_digest
+from navi_desktop.memory.embedders import BadVector
 from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.sessions import MESSAGE_COLUMNS
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -153,20 +157,24 @@ class EmbeddingPassOps:
         ]
         if messages:
             targets.append(("message_id", "messages", MESSAGE_COLUMNS, message_text, ""))
+        skipped = 0
         for column, table, columns, render, where in targets:
+            after = 0  # onwards by id: a row the model gives no vector for is not asked again
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
                 async with self.db.reading():
                     rows = await self.db.fetchall(
                         f"SELECT {columns} FROM {table} t WHERE {where} NOT EXISTS (SELECT 1 FROM"
-                        f" embeddings e WHERE e.{column} = t.id AND e.model = ?) ORDER BY id"
-                        " LIMIT ?",
-                        (model, size),
+                        f" embeddings e WHERE e.{column} = t.id AND e.model = ?) AND t.id > ?"
+                        " ORDER BY id LIMIT ?",
+                        (model, after, size),
                     )
                 if not rows:
                     break
+                after = rows[-1]["id"]
                 texts = [render(r) for r in rows]
-                vectors = np.asarray(await self.embedder.embed(texts, query=False), np.float32)
+                vectors, usable = await self._embed_passages(texts)
+                skipped += len(texts) - len(usable)
                 hashes = [text_digest(t) for t in texts]
                 async with self.db.transaction():
                     # a row edited or deleted while we embedded keeps no stale vector
@@ -175,15 +183,53 @@ class EmbeddingPassOps:
                         [r["id"] for r in rows],
                     )
                     current = {r["id"]: text_digest(render(r)) for r in now}
-                    keep = [i for i, r in enumerate(rows) if current.get(r["id"]) == hashes[i]]
+                    keep = [i for i in usable if current.get(rows[i]["id"]) == hashes[i]]
                     await self._store_vectors(
                         column,
                         [rows[i]["id"] for i in keep],
                         [hashes[i] for i in keep],
                         vectors[keep],
                     )
+                # Edited meanwhile (not deleted): embedded again from there.
+                edited = [
+                    rows[i]["id"] for i in usable if i not in keep and rows[i]["id"] in current
+                ]
+                if edited:
+                    after = min(after, edited[0] - 1)
                 done += len(rows)
+        if skipped:
+            log.warning(
+                "%s gave no usable vector for %d of the texts (NaN, infinity, zeros, none, or"
+                " the wrong size): they stay findable by their words, and are asked again later",
+                model,
+                skipped,
+            )
         if await self.missing_embeddings() == 0:
             async with self.db.transaction():
                 await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))
         return done
+
+    async def _embed_passages(self: Store, texts: list[str]) -> tuple[np.ndarray, list[int]]:
+        """Vectors for ``texts`` and the indexes of those that are vectors. A batch with
+        garbage in it (BadVector) is asked again one text at a time, so one text a model
+        cannot embed holds up no other."""
+        assert self.embedder is not None
+        try:
+            vectors = await self.embedder.embed(texts, query=False)
+            return np.asarray(vectors, np.float32), list(range(len(texts)))
+        except BadVector as exc:
+            log.info("embedding one at a time: %s", exc)
+        found: dict[int, np.ndarray] = {}
+        for i, text in enumerate(texts):
+            try:
+                found[i] = np.asarray(await self.embedder.embed([text], query=False), np.float32)[0]
+            except BadVector:
+                continue
+        dim = len(next(iter(found.values()))) if found else 1
+        out = np.zeros((len(texts), dim), np.float32)
+        for i, vector in list(found.items()):
+            if len(vector) == dim:
+                out[i] = vector
+            else:  # one size a call, another the next: no vector to trust
+                del found[i]
+        return out, list(found)
