@@ -137,3 +137,26 @@ async def test_an_embedding_that_is_no_vector_is_never_stored(tmp_path, monkeypa
             hits = await store.search("green tea")
             assert hits[0].memory.value == "I drink green tea" and "vector" in hits[0].signals
             assert await store.missing_embeddings() == 1  # asked again later
+
+
+async def test_a_model_whose_every_vector_is_garbage_is_not_asked_text_by_text(
+    tmp_path, monkeypatch
+):
+    """When no text of a batch gets a vector the model is broken, not a text: the backfill
+    stops there (said as an error, retried later) instead of asking for every row alone."""
+    import tests.fake_ollama as fo
+    from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.embedders import BadVector, OllamaEmbedder
+    from tests.pipeline_helpers import make_backend
+
+    monkeypatch.setattr(fo, "fake_vector", lambda model, text, dim, keep=None: [math.nan] * dim)
+    async with fo.FakeOllama(fo.DEFAULT_MODELS) as fake, make_backend(fake) as llm:
+        embedder = OllamaEmbedder("nomic-embed-text", llm.embed_fn)
+        async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:
+            for i in range(10):
+                await store.add_memory(f"memory number {i}")
+            with pytest.raises(BadVector, match="no usable vector for any of 4 texts"):
+                await store.backfill_embeddings(batch=4)
+            # one batch call, then its 4 texts alone: not all 10 rows one by one
+            assert len(fake.bodies("/api/embed")) == 5
+            assert await store.missing_embeddings() == 10

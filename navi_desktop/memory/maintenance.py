@@ -174,6 +174,8 @@ class EmbeddingPassOps:
                 after = rows[-1]["id"]
                 texts = [render(r) for r in rows]
                 vectors, usable = await self._embed_passages(texts)
+                if not usable:  # the model, not a text: asked text by text no further
+                    raise BadVector(f"{model} gave no usable vector for any of {len(texts)} texts")
                 skipped += len(texts) - len(usable)
                 hashes = [text_digest(t) for t in texts]
                 async with self.db.transaction():
