@@ -160,3 +160,47 @@ async def test_a_model_whose_every_vector_is_garbage_is_not_asked_text_by_text(
             # one batch call, then its 4 texts alone: not all 10 rows one by one
             assert len(fake.bodies("/api/embed")) == 5
             assert await store.missing_embeddings() == 10
+
+
+async def test_a_model_that_gives_garbage_vectors_is_named_in_the_daemons_status(
+    tmp_path, monkeypatch
+):
+    """Silence would leave search on words alone for good: the daemon's status names the
+    profile and the model, `navi daemon status` prints it and the app shows it in a banner."""
+    import asyncio
+
+    import tests.fake_ollama as fo
+    from navi_desktop.config import load_settings
+    from navi_desktop.daemon.service import Service
+    from navi_desktop.paths import Paths
+    from navi_desktop.tui.status import Status, daemon_fields
+    from tests.daemon_support import Peer
+
+    monkeypatch.setattr(fo, "fake_vector", lambda model, text, dim, keep=None: [math.nan] * dim)
+    async with fo.FakeOllama(fo.DEFAULT_MODELS) as fake:
+        paths = Paths.from_env({"NAVI_HOME": str(tmp_path)})
+        paths.config.mkdir(parents=True)
+        paths.config_file.write_text(
+            f'[ollama]\nhost = "{fake.url}"\nchat_model = "llama3.2"\n'
+            '[memory]\nembedder = "ollama"\nprofile = "me"\n'
+        )
+        settings, _ = load_settings(paths.config_file)
+
+        async def broadcast(*_: object) -> None:
+            pass
+
+        service = Service(paths, settings, broadcast)
+        try:
+            handler = service._memory_handler("memory.add")
+            await handler({"profile": "me", "args": ["I drink green tea"]}, Peer())
+            for _ in range(100):
+                status = await service.status({}, Peer())
+                if status["embedding_problems"]:
+                    break
+                await asyncio.sleep(0.05)
+            problem = status["embedding_problems"]["me"]
+            assert "nomic-embed-text" in problem and "no usable vector" in problem
+            banner = Status(**daemon_fields(status, None, "me")).problems()
+            assert any(problem in line and "Settings (F4)" in line for line in banner)
+        finally:
+            await service.shutdown(budget_s=5)

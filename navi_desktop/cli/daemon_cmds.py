@@ -198,6 +198,8 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         print(f"learning     session {end['session_id']} ({end['trigger']}): {where}")
     if status["last_failure"]:
         print(f"last failure {status['last_failure']}")
+    for profile, problem in (status.get("embedding_problems") or {}).items():
+        print(f"embeddings   {profile}: {problem}; those are found by their words only")
     for profile, problem in (status.get("profile_errors") or {}).items():
         print(f"profile      {profile}: {problem['message']}")
     for problem in status.get("config_errors") or ():

@@ -370,6 +370,18 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         (the daemon's monitor checks every ``OLLAMA_CHECK_S``)."""
         return await self.ollama.health(max_age_s)
 
+    def _embedding_problems(self) -> dict[str, str]:
+        """Profiles whose texts a model's garbage left without vectors (maintenance.py)."""
+        found = {}
+        for name, store in list(self._stores.items()):
+            try:
+                problem = store.embedding_problem
+            except NaviError:  # a memory server away: its own calls say so
+                continue
+            if problem:
+                found[name] = problem
+        return found
+
     @takes(mp.NoParams)
     async def status(self, params: mp.NoParams, peer: Any) -> dict[str, Any]:
         # The status line asks after every turn: the monitor's last check answers it.
@@ -395,6 +407,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
             "pending_extractions": pending,
             "extracting": self.ends.status(),
             "last_failure": reason,
+            "embedding_problems": self._embedding_problems(),
             "profiles": self.profiles,
             "memory_server": self.remote.shown_server(),
             "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import InvalidInput, NaviError
 
 
 class Embedder(Protocol):
@@ -26,7 +26,7 @@ class Embedder(Protocol):
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray: ...
 
 
-class BadVector(ValueError):
+class BadVector(NaviError):
     """An embedder's answer that is no vector: empty, all zeros, NaN or infinity, or a batch
     of mixed sizes. ``index``: the first bad text in the batch (None: the batch as a whole).
     Stored, it would stand for its memory in every search from then on."""

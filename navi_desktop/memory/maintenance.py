@@ -137,6 +137,10 @@ class EmbeddingPassOps:
     for both backends: each stores them its own way (``_store_vectors``: the file int8 copies
     and sign bits, the server float vectors)."""
 
+    # Why the last pass left texts without a vector (a model's garbage), for the daemon's
+    # status; None once a pass embeds all it was asked.
+    embedding_problem: str | None = None
+
     async def backfill_embeddings(
         self: Store, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
@@ -175,7 +179,9 @@ class EmbeddingPassOps:
                 texts = [render(r) for r in rows]
                 vectors, usable = await self._embed_passages(texts)
                 if not usable:  # the model, not a text: asked text by text no further
-                    raise BadVector(f"{model} gave no usable vector for any of {len(texts)} texts")
+                    problem = f"{model} gave no usable vector for any of {len(texts)} texts"
+                    self.embedding_problem = problem
+                    raise BadVector(problem)
                 skipped += len(texts) - len(usable)
                 hashes = [text_digest(t) for t in texts]
                 async with self.db.transaction():
@@ -199,13 +205,13 @@ class EmbeddingPassOps:
                 if edited:
                     after = min(after, edited[0] - 1)
                 done += len(rows)
+        self.embedding_problem = None
         if skipped:
-            log.warning(
-                "%s gave no usable vector for %d of the texts (NaN, infinity, zeros, none, or"
-                " the wrong size): they stay findable by their words, and are asked again later",
-                model,
-                skipped,
+            self.embedding_problem = (
+                f"{model} gave no usable vector for {skipped} of the texts (NaN, infinity,"
+                " zeros, none, or the wrong size)"
             )
+            log.warning("%s: they stay findable by their words", self.embedding_problem)
         if await self.missing_embeddings() == 0:
             async with self.db.transaction():
                 await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))

@@ -51,6 +51,7 @@ def daemon_fields(
         "chat_model": status.get("chat_model"),
         "pending": int(status.get("pending_extractions") or 0),
         "last_failure": status.get("last_failure"),
+        "embedding_problem": (status.get("embedding_problems") or {}).get(profile),
         "counts": None if stats is None else stats.get("memories") or {},
         "config_errors": tuple(str(e) for e in status.get("config_errors") or ()),
         "profile_error": broken.get("message"),
@@ -71,6 +72,7 @@ class Status:
     ollama_reachable: bool | None = None  # None: not known yet
     ollama_error: str | None = None
     embedding_error: str | None = None  # a separate embedding host does not answer: why
+    embedding_problem: str | None = None  # the model's garbage left texts without vectors
     chat_model: str | None = None
     missing_models: tuple[str, ...] = ()
     counts: Counts | None = None  # None: not known yet
@@ -118,6 +120,11 @@ class Status:
             out.append(f"Ollama is not reachable: {fix}. Memory and settings still work.")
         if self.embedding_error:
             out.append(f"Embeddings: {self.embedding_error}. Search uses words only meanwhile.")
+        if self.embedding_problem:
+            out.append(
+                f"Embeddings: {self.embedding_problem}; those are found by their words only."
+                " Pull the embedding model again, or choose another in Settings (F4)."
+            )
         for model in self.missing_models:
             out.append(
                 f"Model {model!r} is not installed in Ollama. Run `ollama pull {model}` "
