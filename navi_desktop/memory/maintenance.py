@@ -18,6 +18,7 @@ from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 
 log = logging.getLogger(__name__)
+GARBAGE = "NaN, infinity, zeros, none or the wrong size"
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -179,7 +180,7 @@ class EmbeddingPassOps:
                 texts = [render(r) for r in rows]
                 vectors, usable = await self._embed_passages(texts)
                 if not usable:  # the model, not a text: asked text by text no further
-                    problem = f"{model} gave no usable vector for any of {len(texts)} texts"
+                    problem = f"{model} returns no usable vectors ({GARBAGE})"
                     self.embedding_problem = problem
                     raise BadVector(problem)
                 skipped += len(texts) - len(usable)
@@ -207,10 +208,8 @@ class EmbeddingPassOps:
                 done += len(rows)
         self.embedding_problem = None
         if skipped:
-            self.embedding_problem = (
-                f"{model} gave no usable vector for {skipped} of the texts (NaN, infinity,"
-                " zeros, none, or the wrong size)"
-            )
+            texts = "a text" if skipped == 1 else f"{skipped} texts"
+            self.embedding_problem = f"{model} gave no usable vector for {texts} ({GARBAGE})"
             log.warning("%s: they stay findable by their words", self.embedding_problem)
         if await self.missing_embeddings() == 0:
             async with self.db.transaction():
