@@ -193,8 +193,10 @@ async def test_a_model_that_gives_garbage_vectors_is_named_in_the_daemons_status
         )
         settings, _ = load_settings(paths.config_file)
 
-        async def broadcast(*_: object) -> None:
-            pass
+        sent: list[tuple[str, str, dict]] = []
+
+        async def broadcast(topic: str, method: str, params: dict) -> None:
+            sent.append((topic, method, params))
 
         service = Service(paths, settings, broadcast)
         try:
@@ -209,5 +211,8 @@ async def test_a_model_that_gives_garbage_vectors_is_named_in_the_daemons_status
             assert problem.startswith("ollama/nomic-embed-text returns no usable vectors (NaN")
             banner = Status(**daemon_fields(status, None, "me")).problems()
             assert any(problem in line and "Settings (F4)" in line for line in banner)
+            # Said as it is found, after the write's own notice: clients ask again then.
+            notice = ("memory", "memory.embedding", {"profile": "me", "problem": problem})
+            assert notice in sent
         finally:
             await service.shutdown(budget_s=5)

@@ -199,7 +199,7 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
     if status["last_failure"]:
         print(f"last failure {status['last_failure']}")
     for profile, problem in (status.get("embedding_problems") or {}).items():
-        print(f"embeddings   {profile}: {problem}; those are found by their words only")
+        print(f"embeddings   {profile}: {problem}; what has no vector is found by its words")
     for profile, problem in (status.get("profile_errors") or {}).items():
         print(f"profile      {profile}: {problem['message']}")
     for problem in status.get("config_errors") or ():

@@ -9,6 +9,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon import memory_params
+from navi_desktop.errors import NaviError
 from navi_desktop.pipeline.forgetting import after_forget, scrub_logs
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ class MemoryMethods:
                 await asyncio.to_thread(scrub_logs, self.paths.state, needles)
                 self._spawn(self._after_forget(store))  # redacted summaries read well again
             if writes:
-                self._spawn(self._embed_quietly(store))
+                self._spawn(self._embed_quietly(store, profile))
                 await self.broadcast(
                     "memory", "memory.changed", {"profile": profile, "method": method}
                 )
@@ -56,8 +57,22 @@ class MemoryMethods:
         except Exception:  # a rewrite is cosmetic: the forgotten text is already gone
             log.exception("rewriting after a forget failed")
 
-    async def _embed_quietly(self: Service, store: MemoryStore) -> None:
+    async def _embed_quietly(self: Service, store: MemoryStore, profile: str) -> None:
+        before = embedding_problem(store)
         try:
             await store.backfill_embeddings(messages=False)
         except Exception as exc:  # no embedding model now: text search works, retried later
             log.info("embedding later: %s", exc)
+        if (problem := embedding_problem(store)) != before:  # garbage, or its end: say so
+            await self.broadcast(
+                "memory", "memory.embedding", {"profile": profile, "problem": problem}
+            )
+
+
+def embedding_problem(store: Any) -> str | None:
+    """Why the store's last embedding pass left texts without vectors (maintenance.py); None
+    for a memory server that is away: its own calls say so."""
+    try:
+        return store.embedding_problem
+    except NaviError:
+        return None

@@ -24,7 +24,7 @@ from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.empty_profile import EmptyProfile
 from navi_desktop.daemon.main import OLLAMA_CHECK_S
-from navi_desktop.daemon.memory_methods import MemoryMethods
+from navi_desktop.daemon.memory_methods import MemoryMethods, embedding_problem
 from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
@@ -218,7 +218,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
                 report = EndReport(session_id, "pending", str(exc))
         log.info("session %s ended (%s): %s", session_id, trigger, report.status)
         if report.status == "processed":
-            await self._embed_quietly(store)
+            await self._embed_quietly(store, profile)
             await self.broadcast(
                 "memory",
                 "memory.changed",
@@ -370,18 +370,6 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         (the daemon's monitor checks every ``OLLAMA_CHECK_S``)."""
         return await self.ollama.health(max_age_s)
 
-    def _embedding_problems(self) -> dict[str, str]:
-        """Profiles whose texts a model's garbage left without vectors (maintenance.py)."""
-        found = {}
-        for name, store in list(self._stores.items()):
-            try:
-                problem = store.embedding_problem
-            except NaviError:  # a memory server away: its own calls say so
-                continue
-            if problem:
-                found[name] = problem
-        return found
-
     @takes(mp.NoParams)
     async def status(self, params: mp.NoParams, peer: Any) -> dict[str, Any]:
         # The status line asks after every turn: the monitor's last check answers it.
@@ -407,7 +395,11 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
             "pending_extractions": pending,
             "extracting": self.ends.status(),
             "last_failure": reason,
-            "embedding_problems": self._embedding_problems(),
+            "embedding_problems": {  # a model's garbage left texts without vectors
+                name: problem
+                for name, store in list(self._stores.items())
+                if (problem := embedding_problem(store))
+            },
             "profiles": self.profiles,
             "memory_server": self.remote.shown_server(),
             "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),

@@ -148,7 +148,7 @@ class NaviApp(App[None]):
             )
             self.refresh_status()
             self.check_models()
-        elif method in ("memory.changed", "session.state", "session.updated"):
+        elif method in ("memory.changed", "memory.embedding", "session.state", "session.updated"):
             self.refresh_status()
         elif method == "session.progress" and isinstance(params, dict):
             # A session end moved on: the status line says how far ("learning: part 2 of 5").

@@ -122,7 +122,7 @@ class Status:
             out.append(f"Embeddings: {self.embedding_error}. Search uses words only meanwhile.")
         if self.embedding_problem:
             out.append(
-                f"Embeddings: {self.embedding_problem}; those are found by their words only."
+                f"Embeddings: {self.embedding_problem}; what has no vector is found by its words."
                 " Pull the embedding model again, or choose another in Settings (F4)."
             )
         for model in self.missing_models:
