@@ -35,7 +35,7 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
     A listen-all address (``0.0.0.0``, ``::``) connects to loopback.
     """
     env = os.environ if environ is None else environ
-    raw = (host or "").strip() or env.get("OLLAMA_HOST", "").strip()
+    raw = (host or "").strip() or env_host("OLLAMA_HOST", env) or ""
     if not raw:
         return DEFAULT_HOST
     scheme, sep, rest = raw.partition("://")
@@ -74,9 +74,46 @@ def resolve_embedding_host(
 
 
 def env_embedding_host(environ: Mapping[str, str] | None = None) -> str | None:
-    """The host ``NAVI_EMBEDDING_HOST`` names, or None when it is unset or empty."""
-    raw = (os.environ if environ is None else environ).get(EMBEDDING_HOST_ENV, "").strip()
+    """The host ``NAVI_EMBEDDING_HOST`` names, or None when it is unset, empty or no host."""
+    raw = env_host(EMBEDDING_HOST_ENV, os.environ if environ is None else environ)
     return resolve_host(raw, {}) if raw else None
+
+
+def env_host(name: str, environ: Mapping[str, str]) -> str | None:
+    """The host the variable ``name`` holds; None when it is unset, empty, or not a host
+    (said by :func:`env_host_problems`: a value such as "http://[::1" failed every request
+    as an internal error)."""
+    raw = environ.get(name, "").strip()
+    return raw if raw and valid_host(raw) is not None else None
+
+
+_hidden: dict[str, str] = {}  # variables taken out of this process's environment
+
+
+def hide_bad_env_hosts() -> None:
+    """Take a host variable that holds no host out of this process's environment (kept for
+    :func:`env_host_problems`): the ``ollama`` package reads OLLAMA_HOST when it is imported
+    and raises on one such as "http://[::1"."""
+    for name in ("OLLAMA_HOST", EMBEDDING_HOST_ENV):
+        raw = os.environ.get(name, "").strip()
+        if raw and env_host(name, os.environ) is None:
+            _hidden[name] = os.environ.pop(name)
+
+
+def env_host_problems(environ: Mapping[str, str] | None = None) -> list[str]:
+    """One line for each host variable that is set but holds no host: what is used instead
+    and the fix."""
+    env = {**os.environ, **_hidden} if environ is None else environ
+    instead = {"OLLAMA_HOST": f"{DEFAULT_HOST} is used", EMBEDDING_HOST_ENV: "the chat host embeds"}
+    problems = []
+    for name, used in instead.items():
+        raw = env.get(name, "").strip()
+        if raw and env_host(name, env) is None:
+            problems.append(
+                f"{name}={raw!r} is not a host (http://name:port, https://name or name:port):"
+                f" {used} instead; fix or unset it, then run `navi daemon stop`"
+            )
+    return problems
 
 
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9_.-]*$")
@@ -124,7 +161,7 @@ def host_note(
     settings_reply: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> str | None:
     """One line when this process's ``OLLAMA_HOST`` differs from the daemon's host, else None."""
-    raw = (os.environ if environ is None else environ).get("OLLAMA_HOST", "").strip()
+    raw = env_host("OLLAMA_HOST", os.environ if environ is None else environ)
     used = daemon_host(settings_reply)
     if not raw or not used or resolve_host(raw, {}) == used:
         return None

@@ -202,6 +202,8 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         print(f"embeddings   {profile}: {problem}; what has no vector is found by its words")
     for profile, problem in (status.get("profile_errors") or {}).items():
         print(f"profile      {profile}: {problem['message']}")
+    for problem in status.get("env_errors") or ():
+        print(f"environment  {problem}")
     for problem in status.get("config_errors") or ():
         print(f"config       {problem}")
     return 0

@@ -116,6 +116,10 @@ def _warn_config() -> None:
     from navi_desktop.paths import Paths
 
     config_check.warn(Paths.from_env())
+    from navi_desktop.ollama_host import env_host_problems
+
+    for problem in env_host_problems():  # this shell's: a daemon it starts reads the same
+        print(f"navi: warning: {problem}", file=sys.stderr)
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -34,6 +34,7 @@ from navi_desktop.errors import NaviError, StorageUnavailable
 from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.store import MemoryStore
+from navi_desktop.ollama_host import env_host_problems
 from navi_desktop.paths import Paths, check_profile_name
 from navi_desktop.pipeline.forgetting import finish_scrubs
 from navi_desktop.pipeline.incognito import IncognitoSession
@@ -74,6 +75,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         self.ends = SessionEnds(self.gate, on_change=progress.poke)
         self.profile_errors = ProfileErrors()  # profiles whose file could not be opened
         self.config_errors: list[str] = []  # config.toml's problems (set by the daemon)
+        self.env_errors = env_host_problems()  # read once: the environment is the start's
         self.remote = RemoteProfiles(self)  # profiles kept on a memory server
         self.empty = EmptyProfile()  # what reads of a profile with no file yet see
 
@@ -404,6 +406,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
             "memory_server": self.remote.shown_server(),
             "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),
             "config_errors": self.config_errors,
+            "env_errors": self.env_errors,
         }
 
 

@@ -19,7 +19,6 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 import httpx
-import ollama
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN, chat_request, structured_options
@@ -47,6 +46,10 @@ from navi_desktop.llm.types import (
     ToolResult,
     resolve_host,
 )
+from navi_desktop.ollama_host import hide_bad_env_hosts
+
+hide_bad_env_hosts()  # the ollama package reads OLLAMA_HOST as it is imported, and fails on one
+import ollama  # noqa: E402
 
 T = TypeVar("T")
 ChatMessage = Mapping[str, Any]

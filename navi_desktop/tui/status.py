@@ -54,6 +54,7 @@ def daemon_fields(
         "embedding_problem": (status.get("embedding_problems") or {}).get(profile),
         "counts": None if stats is None else stats.get("memories") or {},
         "config_errors": tuple(str(e) for e in status.get("config_errors") or ()),
+        "env_errors": tuple(str(e) for e in status.get("env_errors") or ()),
         "profile_error": broken.get("message"),
         "learning": learning_of(status.get("extracting"), profile),
     }
@@ -82,6 +83,7 @@ class Status:
     incognito: bool = False
     profile_error: str | None = None  # the profile's file cannot be used: why, and the fix
     config_errors: tuple[str, ...] = ()  # config.toml's problems, with what stays in force
+    env_errors: tuple[str, ...] = ()  # the daemon's OLLAMA_HOST that is no host, and so on
     host_note: str | None = None  # this shell's OLLAMA_HOST is not the daemon's (and the fix)
     learning: tuple[Learning, ...] = ()  # session ends under way for this profile
 
@@ -130,5 +132,6 @@ class Status:
                 f"Model {model!r} is not installed in Ollama. Run `ollama pull {model}` "
                 "or pull it from Settings (F4)."
             )
+        out += list(self.env_errors)
         out += [f"config.toml: {problem}" for problem in self.config_errors]
         return out
