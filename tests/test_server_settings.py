@@ -126,3 +126,27 @@ def test_the_local_server_starts_is_used_and_stops_without_noise(tmp_path):
     folder = Path(json.loads(after.stdout)["folder"])
     if folder.is_relative_to("/var/lib/navi-desktop"):  # root's servers live outside tmp_path
         shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize(
+    ("dsn", "said"),
+    [
+        ("garbage", 'scheme is expected to be either "postgresql" or "postgres"'),
+        ("postgresql://127.0.0.1:99999/navi", "port must be 0-65535"),
+        ("postgresql://127.0.0.1:9/navi?sslmode=bogus", "`sslmode` parameter must be one of"),
+        ("postgresql://u:secret@[::1/navi", "Invalid IPv6 URL"),
+    ],
+)
+def test_a_dsn_no_server_can_be_reached_by_is_named_as_the_dsns_fault(
+    cli, home, monkeypatch, dsn, said
+):
+    """asyncpg's configuration errors are InterfaceErrors too: they read as "closed the
+    connection: retrying", which no retry mends."""
+    pytest.importorskip("asyncpg")
+    (home / "config").mkdir(parents=True, exist_ok=True)
+    (home / "config" / "config.toml").write_text('[memory]\nbackend = "postgres"\n')
+    monkeypatch.setenv("NAVI_PG_DSN", dsn)
+    code, _, err = cli("list")
+    assert code == 1 and "is not valid (" in err and said in err, err
+    assert err.rstrip().endswith("fix [memory] dsn or NAVI_PG_DSN") and "retrying" not in err
+    assert "secret" not in err

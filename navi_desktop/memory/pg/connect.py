@@ -51,11 +51,16 @@ def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
         )
     if isinstance(exc, OSError | socket.gaierror | TimeoutError | asyncpg.CannotConnectNowError):
         return StorageUnavailable(f"memory server {where} is not reachable ({text}): {START_HINT}")
+    # A DSN asyncpg cannot use (its parser's ValueError, a bad option, a port past 65535)
+    # is checked before InterfaceError, which ClientConfigurationError also is: no retry
+    # mends it.
+    if isinstance(exc, ValueError | OverflowError | asyncpg.ClientConfigurationError):
+        return StorageUnavailable(
+            f"memory server DSN {where} is not valid ({text}): fix [memory] dsn or NAVI_PG_DSN"
+        )
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.ConnectionDoesNotExistError):
         closed = f"memory server {where} closed the connection ({text})"
         error = StorageUnavailable(f"{closed}: retrying")
         error.cause = closed
         return error
-    if isinstance(exc, ValueError):  # asyncpg's DSN parser
-        return StorageUnavailable(f"memory server DSN {where} is not valid ({text}): fix it")
     return StorageUnavailable(f"memory server {where}: {text}")
