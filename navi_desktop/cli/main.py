@@ -111,13 +111,13 @@ def check_text(args: argparse.Namespace) -> None:
 
 
 def _warn_config() -> None:
-    """config.toml's problems as warning lines on stderr (cli/config_check.py)."""
+    """config.toml's problems (cli/config_check.py), and this shell's host variables that
+    hold no host, as warning lines on stderr."""
     from navi_desktop.cli import config_check
+    from navi_desktop.ollama_host import env_host_problems
     from navi_desktop.paths import Paths
 
     config_check.warn(Paths.from_env())
-    from navi_desktop.ollama_host import env_host_problems
-
     for problem in env_host_problems():  # this shell's: a daemon it starts reads the same
         print(f"navi: warning: {problem}", file=sys.stderr)
 

@@ -23,15 +23,13 @@ def error(message: str) -> None:
     print(f"navi: {one_line(str(message))}", file=sys.stderr)
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def emit_json(data: Any, file: TextIO | None = None) -> None:
     """The one JSON document a command writes to stdout (``file``: elsewhere). A file name
     that is not UTF-8 (its bytes kept as lone surrogates) is written as JSON's escapes, which
     read back to the same name."""
-    text = json.dumps(data, ensure_ascii=False, indent=2)
-    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    from navi_desktop.daemon.wire import escape_surrogates
+
+    text = escape_surrogates(json.dumps(data, ensure_ascii=False, indent=2))
     (file or sys.stdout).write(text + "\n")
 
 

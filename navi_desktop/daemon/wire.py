@@ -41,14 +41,16 @@ def encode(msg: dict[str, Any]) -> bytes:
     try:
         return text.encode("utf-8") + b"\n"
     except UnicodeEncodeError:  # a file name that is not UTF-8: JSON's escape carries it
-        return _SURROGATE.sub(_escape, text).encode("utf-8") + b"\n"
+        return escape_surrogates(text).encode("utf-8") + b"\n"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _escape(found: re.Match[str]) -> str:
-    return f"\\u{ord(found.group()):04x}"
+def escape_surrogates(json_text: str) -> str:
+    """JSON text with each lone surrogate (a file name's bytes that are not UTF-8, as Python
+    keeps them) written as JSON's escape: valid UTF-8, and read back to the same string."""
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
 
 
 class FrameError(ValueError):

@@ -28,12 +28,7 @@ class Embedder(Protocol):
 
 class BadVector(NaviError):
     """An embedder's answer that is no vector: empty, all zeros, NaN or infinity, or a batch
-    of mixed sizes. ``index``: the first bad text in the batch (None: the batch as a whole).
-    Stored, it would stand for its memory in every search from then on."""
-
-    def __init__(self, message: str, index: int | None = None) -> None:
-        super().__init__(message)
-        self.index = index
+    of mixed sizes. Stored, it would stand for its memory in every search from then on."""
 
 
 def normalized(
@@ -49,11 +44,11 @@ def normalized(
     finite = np.isfinite(array).all(axis=1)
     if not finite.all():
         i = int(np.argmin(finite))
-        raise BadVector(f"{source} returned NaN or infinity in the vector of text {i + 1}", i)
+        raise BadVector(f"{source} returned NaN or infinity in the vector of text {i + 1}")
     scale = np.abs(array).max(axis=1, keepdims=True)  # no overflow squaring 1e300
     if not scale.all():
         i = int(np.argmin(scale[:, 0]))
-        raise BadVector(f"{source} returned a vector of zeros for text {i + 1}", i)
+        raise BadVector(f"{source} returned a vector of zeros for text {i + 1}")
     array /= scale
     return (array / np.linalg.norm(array, axis=1, keepdims=True)).astype(np.float32)
 

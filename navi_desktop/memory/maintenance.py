@@ -164,7 +164,7 @@ class EmbeddingPassOps:
             targets.append(("message_id", "messages", MESSAGE_COLUMNS, message_text, ""))
         skipped = 0
         for column, table, columns, render, where in targets:
-            after = 0  # onwards by id: a row the model gives no vector for is not asked again
+            after = 0  # onwards by id: a text the model gives no vector is not asked twice a pass
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
                 async with self.db.reading():
