@@ -13,13 +13,24 @@ from typing import Any
 
 # C0/C1 control characters (and DEL), all but tab and newline.
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# One of them in a JSON frame, escaped or as UTF-8: a frame without any needs no walk.
-FRAME_CONTROL = re.compile(rb"\\u00[0189][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]")
+# One of them in a JSON frame, escaped or as UTF-8, or half a character (only ever escaped):
+# a frame without any needs no walk.
+FRAME_CONTROL = re.compile(
+    rb"\\u00[0189][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]|\\u[dD][89a-fA-F]"
+)
+
+
+# Half a character: a file name's byte that is not UTF-8, as Python keeps it. Written to a
+# terminal as an escape ("\udce9"), six cells where the layout counted one.
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def safe(text: str) -> str:
-    """Text with control characters (other than tab and newline) shown as '?'."""
-    return text if text.isprintable() else CONTROL.sub("?", text)
+    """Text with control characters (other than tab and newline) shown as '?', and half a
+    character as U+FFFD."""
+    if text.isprintable():
+        return text
+    return SURROGATE.sub("\ufffd", CONTROL.sub("?", text))
 
 
 def safe_data(value: Any) -> Any:

@@ -111,7 +111,20 @@ async def test_a_client_that_shows_text_gets_it_safe_answers_and_errors(daemon: 
         ("tab\tand\nnewline", "tab\tand\nnewline"),
         ("\x1b[2J\x00\x7f\x9b", "?[2J???"),
         ({"k\x1b": ["a\x07", 1, None, {"n": "\x85"}]}, {"k?": ["a?", 1, None, {"n": "?"}]}),
+        ("/home/h\udce9l\u00e8ne", "/home/h\ufffdl\u00e8ne"),  # a name's byte not UTF-8
     ],
 )
 def test_safe_data_replaces_control_characters_everywhere(value: Any, shown: Any) -> None:
     assert safe_data(value) == shown
+
+
+def test_a_file_name_that_is_not_utf8_reaches_the_app_as_one_cell() -> None:
+    """A profile's path under a home named in Latin-1 comes over the socket as JSON's escape
+    (the daemon's own words keep the bytes); the app gets U+FFFD, one cell as the layout
+    counts it, where the escape drew six."""
+    from navi_desktop.daemon.wire import decode, encode
+    from navi_desktop.terminal_text import FRAME_CONTROL
+
+    frame = encode({"id": 1, "result": {"path": "/home/h\udce9lene/memory.db"}})
+    assert FRAME_CONTROL.search(frame)  # the frame is walked, not passed as it is
+    assert safe_data(decode(frame)) == {"id": 1, "result": {"path": "/home/h\ufffdlene/memory.db"}}

@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from navi_desktop.config import Settings, load_settings
 from navi_desktop.paths import Paths
+from navi_desktop.terminal_text import safe
 from navi_desktop.tui.garbage import full_collections
 from navi_desktop.tui.keys import navi_commands, save_screenshot
 from navi_desktop.tui.link import DaemonLink, LinkState
@@ -298,4 +299,4 @@ class NaviApp(App[None]):
         except OSError as err:
             self.report(err, "The screenshot")
             return
-        self.notify(f"Screenshot saved to {path}", title="Screenshot", timeout=10)
+        self.notify(f"Screenshot saved to {safe(str(path))}", title="Screenshot", timeout=10)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Label
 
+from navi_desktop.terminal_text import safe
 from navi_desktop.tui.chat.notices import end_notice, worth_telling
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
 from navi_desktop.tui.export import export_to
@@ -90,7 +91,7 @@ class SessionActions:
             self.navi.report(err, "Exporting the session")
             return
         if path is not None:
-            self.notify(f"Exported to {path}")
+            self.notify(f"Exported to {safe(str(path))}")
 
     @work(group="end", exit_on_error=False)
     async def _end(self, session_id: str, quiet: bool = False) -> None:

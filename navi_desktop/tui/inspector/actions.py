@@ -13,6 +13,7 @@ from textual.markup import escape
 from navi_desktop.errors import InvalidInput
 from navi_desktop.expiry import describe as describe_expiry
 from navi_desktop.expiry import parse_expires
+from navi_desktop.terminal_text import safe
 from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed, forget_body
 from navi_desktop.tui.export import export_to
 from navi_desktop.tui.inspector.lists import clip
@@ -255,7 +256,7 @@ class MemoryActions:
             self.navi.report(err, "Exporting memory")
             return
         if path is not None:
-            self.notify(f"Memory exported to {path}", title="Export", timeout=10)
+            self.notify(f"Memory exported to {safe(str(path))}", title="Export", timeout=10)
 
 
 def _expiry_problem(text: str) -> str | None:
