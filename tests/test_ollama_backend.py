@@ -623,3 +623,35 @@ def test_threaded_fake_serves_synchronous_callers():
 
         assert asyncio.run(talk())[-1].content == "from another thread"
         assert [r.path for r in server.requests] == ["/api/chat"]
+
+
+async def test_a_web_server_at_the_host_is_named_not_quoted():
+    """Another program on Ollama's port (a web server) answers a chat with an HTML page: the
+    error said "Ollama refused the chat: <!DOCTYPE HTML> <html lang=…"."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = b"<!DOCTYPE HTML>\n<html><body><h1>Error response</h1></body></html>\n"
+            self.send_response(501)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        async with OllamaBackend(host, timeout=5) as backend:
+            with pytest.raises(OllamaError) as err:
+                await collect(backend.chat_stream("llama3.2", USER))
+    finally:
+        server.shutdown()
+    text = assert_one_line(err.value)
+    assert text.startswith(f"{host} sent a web page (HTTP 501) in answer to the chat with")
+    assert text.endswith(" — is it an Ollama server?") and "<" not in text

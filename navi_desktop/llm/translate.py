@@ -103,6 +103,12 @@ def _server_error(exc: Any, where: Where, operation: str, model: str | None) -> 
         return ModelMissing(model, where.host, where.role)
     if status == -1:  # an {"error": ...} line in the middle of a stream
         return OllamaError(f"Ollama failed during {operation}: {message}")
+    if lowered.startswith(("<!doctype", "<html", "<?xml")):  # a web server, not Ollama
+        return OllamaError(
+            f"{where.host} sent a web page (HTTP {status}) in answer to {operation}"
+            " — is it an Ollama server?",
+            status,
+        )
     return OllamaError(f"Ollama refused {operation}: {message} (HTTP {status})", status)
 
 
