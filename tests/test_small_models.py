@@ -210,6 +210,33 @@ async def test_a_chat_reply_is_capped_and_says_so_and_its_history_fits(store, ll
     assert (await store.messages(sid))[-1].meta["cut"] is True
 
 
+async def test_a_server_that_ignores_the_cap_is_cut_by_navi(store, llm, fake, monkeypatch):
+    """Not every Ollama-compatible server keeps num_predict: one that streams on past it
+    (here 400,000 characters against a 64-token cap) is cut where the cap allows, its
+    connection closed, and the reply saved and marked as cut."""
+    import tests.fake_ollama as fo
+    from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN
+
+    monkeypatch.setattr(fo, "cap_reply", lambda reply, limit: reply)
+    sid = await new_session(store, ("user", "Hello"))
+    fake.script(Reply(chunks=["rambling " * 100] * 500, thinking="hmm " * 10, delay=0.002))
+    result = await run_turn(
+        store=store,
+        backend=llm,
+        model=MODEL,
+        session_id=sid,
+        text="Tell me about yourself.",
+        emit=Peer().notify,
+        context=ContextSettings(),
+        use_tools=False,
+        reply_tokens=64,
+    )
+    assert result.cut and 0 < len(result.reply) <= 64 * MAX_CHARS_PER_TOKEN
+    saved = (await store.messages(sid))[-1]
+    assert saved.meta["cut"] is True and saved.content == result.reply
+    await fake.wait_for_disconnect()
+
+
 async def test_the_system_prompt_mentions_memory_only_when_there_is_some(store):
     sid = await new_session(store, ("user", "Hello"))
     from navi_desktop.pipeline.context import build_context

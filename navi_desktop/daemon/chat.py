@@ -9,7 +9,14 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.llm.types import ContentDelta, Done, ToolCallsRequested, ToolResult
+from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN
+from navi_desktop.llm.types import (
+    ContentDelta,
+    Done,
+    ThinkingDelta,
+    ToolCallsRequested,
+    ToolResult,
+)
 from navi_desktop.pipeline.context import ContextSettings, build_context
 from navi_desktop.pipeline.tools import TOOLS, MemoryTools
 
@@ -61,6 +68,10 @@ async def _stream(
     done: Done | None = None
     # A cap on the reply, and a context that holds the prompt (else the server cuts it).
     messages, options = await backend.chat_request(model, messages, reply_tokens)
+    # A server that ignores num_predict (not every Ollama-compatible one keeps it) would
+    # stream without end: past what the cap allows, the reply is cut here as Ollama cuts it.
+    cap = options.get("num_predict")
+    room = cap * MAX_CHARS_PER_TOKEN if cap else None
     if tools is not None:
         events = backend.chat_with_tools(model, messages, TOOLS, tools.call, options=options)
     else:
@@ -68,6 +79,11 @@ async def _stream(
     try:
         async with aclosing(events) as stream:
             async for event in stream:
+                if isinstance(event, ContentDelta | ThinkingDelta) and room is not None:
+                    room -= len(event.text)
+                    if room < 0:
+                        done = Done(model, done_reason="length")
+                        break
                 if isinstance(event, ContentDelta):
                     parts.append(event.text)
                     await emit("chat.delta", {"session_id": session_id, "text": event.text})
