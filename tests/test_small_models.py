@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 
@@ -185,6 +186,21 @@ async def test_a_long_message_is_split_and_no_prompt_is_cut(store, llm, fake):
     assert "marker-end" in prompts[-1]
 
 
+async def capped_turn(store, llm, sid: str, text: str) -> Any:
+    """A chat turn with a reply cap of 64 tokens, no tools."""
+    return await run_turn(
+        store=store,
+        backend=llm,
+        model=MODEL,
+        session_id=sid,
+        text=text,
+        emit=Peer().notify,
+        context=ContextSettings(),
+        use_tools=False,
+        reply_tokens=64,
+    )
+
+
 async def test_a_chat_reply_is_capped_and_says_so_and_its_history_fits(store, llm, fake):
     sid = await new_session(
         store,
@@ -192,17 +208,7 @@ async def test_a_chat_reply_is_capped_and_says_so_and_its_history_fits(store, ll
         ("assistant", "Everything: " + "and then some more. " * 2000),
     )
     fake.script(Reply("word " * 300))
-    result = await run_turn(
-        store=store,
-        backend=llm,
-        model=MODEL,
-        session_id=sid,
-        text="And the short version?",
-        emit=Peer().notify,
-        context=ContextSettings(),
-        use_tools=False,
-        reply_tokens=64,
-    )
+    result = await capped_turn(store, llm, sid, "And the short version?")
     assert result.cut and result.to_dict()["cut"]
     (request,) = [r for r in fake.requests if r.path == "/api/chat"]
     assert request.body["options"]["num_predict"] == 64
@@ -220,17 +226,7 @@ async def test_a_server_that_ignores_the_cap_is_cut_by_navi(store, llm, fake, mo
     monkeypatch.setattr(fo, "cap_reply", lambda reply, limit: reply)
     sid = await new_session(store, ("user", "Hello"))
     fake.script(Reply(chunks=["rambling " * 100] * 500, thinking="hmm " * 10, delay=0.002))
-    result = await run_turn(
-        store=store,
-        backend=llm,
-        model=MODEL,
-        session_id=sid,
-        text="Tell me about yourself.",
-        emit=Peer().notify,
-        context=ContextSettings(),
-        use_tools=False,
-        reply_tokens=64,
-    )
+    result = await capped_turn(store, llm, sid, "Tell me about yourself.")
     assert result.cut and 0 < len(result.reply) <= 64 * MAX_CHARS_PER_TOKEN
     saved = (await store.messages(sid))[-1]
     assert saved.meta["cut"] is True and saved.content == result.reply
