@@ -359,6 +359,23 @@ def test_forget_on_a_tty_asks(cli, cli_json, monkeypatch, answer, forgotten):
     assert len(snapshot(cli_json)) == (0 if forgotten else 1)
 
 
+class StrictTTY(io.TextIOWrapper):
+    """A terminal's stdin in a UTF-8 locale other than C.UTF-8: strict decoding."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_an_answer_that_is_not_utf8_is_not_yes(cli, cli_json, monkeypatch):
+    """Typed in Latin-1 at "[y/N]": a traceback before (UnicodeDecodeError), now not "y"."""
+    add(cli_json, "k", "v")
+    stdin = StrictTTY(io.BytesIO(b"\xff\xfe\n"), encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stdin", stdin)
+    code, out, _ = cli("forget", "1")
+    assert (code, out.strip()) == (1, "Nothing forgotten.")
+    assert len(snapshot(cli_json)) == 1
+
+
 def test_forget_on_a_tty_with_json(cli, cli_json, monkeypatch):
     add(cli_json, "k", "v")
     monkeypatch.setattr(sys, "stdin", FakeTTY("n\n"))

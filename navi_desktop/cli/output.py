@@ -5,6 +5,8 @@ Standard library only, so importing it costs nothing at startup.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
@@ -34,11 +36,15 @@ def emit_json(data: Any, file: TextIO | None = None) -> None:
 
 
 def bytes_through() -> None:
-    """Print a file name that is not UTF-8 as its bytes, as ``ls`` does, where a strict
-    stdout (a UTF-8 locale other than C.UTF-8) would fail after the work was done."""
-    reconfigure = getattr(sys.stdout, "reconfigure", None)
-    if reconfigure is not None:
-        reconfigure(errors="surrogateescape")
+    """Let bytes that are not UTF-8 through stdin and stdout, where a strict locale (a UTF-8
+    one other than C.UTF-8) fails on them: a file name prints as its bytes, as ``ls`` does
+    (not a traceback after the work was done), and an answer typed in Latin-1 to "Forget …?
+    [y/N]" is read as not "y"."""
+    for stream in (sys.stdout, sys.stdin):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            with contextlib.suppress(io.UnsupportedOperation):  # already read from: as it is
+                reconfigure(errors="surrogateescape")
 
 
 def one_line(text: str) -> str:
