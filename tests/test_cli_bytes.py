@@ -4,6 +4,7 @@ where stdout is strict (a UTF-8 locale other than C.UTF-8)."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -108,3 +109,27 @@ def test_a_home_whose_name_is_not_utf8_works_through_the_daemon():
         navi("memory", "restore", "--yes", str(backup))
         assert json.loads(navi("memory", "--json", "stats").stdout)["path"] == str(own)
         assert "internal error" not in h.log_text()
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["chat", "-"], '"-" reads the message from standard input, which is a terminal here'),
+        (["memory", "import", "-"], '"-" reads the export from standard input, which is a'),
+    ],
+)
+def test_a_dash_at_a_terminal_says_what_it_means(home, capsys, monkeypatch, argv, said):
+    """`navi chat -` at a terminal sent "-" as the message; `navi memory import -` waited,
+    silent, for an export to be typed in."""
+    from navi_desktop.cli.main import run
+
+    monkeypatch.setattr(sys, "stdin", Terminal(""))
+    assert run(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"navi: {said}") and err.count("\n") == 1
+    assert not (home / "data").exists()

@@ -215,6 +215,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     if args.reply is not None or args.note is not None:
         error("--reply and --note go with --rate up|down")
         return 2
+    if args.message == "-" and sys.stdin.isatty():  # it would be sent as "-"
+        error(
+            '"-" reads the message from standard input, which is a terminal here: pipe it in'
+            ' (echo hi | navi chat -), or write the message in quotes, as in navi chat "hello"'
+        )
+        return 2
     if args.message in (None, "-") and not sys.stdin.isatty():  # echo hi | navi chat
         args.message = _read_stdin()
         if args.message is None:

@@ -82,6 +82,11 @@ def cmd_import(args: argparse.Namespace) -> int:
     # Read and checked here, before the profile is opened: a bad file changes nothing.
     raw = b""
     path = None if args.file == "-" else Path(args.file).absolute()
+    if path is None and sys.stdin.isatty():  # it would wait, silent, for an export typed in
+        raise InvalidInput(
+            '"-" reads the export from standard input, which is a terminal here: pipe it in'
+            " (navi memory import - < export.json), or give the file's path"
+        )
     if path is None:
         try:
             raw = getattr(sys.stdin, "buffer", sys.stdin).read(MAX_IMPORT_BYTES + 1)
