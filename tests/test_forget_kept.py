@@ -172,7 +172,10 @@ def test_the_command_given_deletes_the_session_in_that_profile(cli, home, capsys
     argv = shlex.split(command)
     assert argv[:3] == ["navi", "sessions", "delete"]
     capsys.readouterr()
-    assert run(argv[1:]) == 0
+    try:
+        assert run(argv[1:]) == 0  # through the daemon it starts
+    finally:
+        run(["daemon", "stop"])  # not left running after the test
 
     async def sessions(profile: str) -> list[str]:
         async with await MemoryStore.open_profile(profile, paths=Paths.from_env()) as s:
