@@ -20,9 +20,12 @@ FRAME_CONTROL = re.compile(
 )
 
 
-# Half a character: a file name's byte that is not UTF-8, as Python keeps it. Written to a
+# Half a character: a file name's byte that is not UTF-8, as Python keeps it, or a JSON
+# escape ("\ud800") decoded alone. No frame, file or SQLite row holds one; written to a
 # terminal as an escape ("\udce9"), six cells where the layout counted one.
 SURROGATE = re.compile("[\ud800-\udfff]")
+# How JSON text writes one (also half of a pair): a text without it holds none once parsed.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def safe(text: str) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
+
+from navi_desktop.terminal_text import SURROGATE
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -44,13 +45,10 @@ def encode(msg: dict[str, Any]) -> bytes:
         return escape_surrogates(text).encode("utf-8") + b"\n"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def escape_surrogates(json_text: str) -> str:
     """JSON text with each lone surrogate (a file name's bytes that are not UTF-8, as Python
     keeps them) written as JSON's escape: valid UTF-8, and read back to the same string."""
-    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
+    return SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
 
 
 class FrameError(ValueError):

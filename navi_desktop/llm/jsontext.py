@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from navi_desktop.terminal_text import SURROGATE, SURROGATE_ESCAPE
+
 _DECODER = json.JSONDecoder()
 _CLOSE = {"{": "}", "[": "]"}
 _START = re.compile(r"[{\[]")
-_SURROGATE = re.compile("[\ud800-\udfff]")  # only ever lone in a str decoded from JSON
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # how JSON writes one
 # What a parse can raise besides a syntax error (JSONDecodeError is a ValueError): nesting
 # deeper than the parser goes, a number of more than 4,300 digits.
 UNREADABLE = (ValueError, RecursionError)
@@ -33,7 +33,7 @@ def whole(text: str) -> str:
     """A model's text as valid Unicode. JSON lets a server send a lone surrogate ("\\ud800"),
     which no socket frame, file or SQLite row can hold: it becomes U+FFFD here, where the
     model's text comes in, not an error wherever it goes next."""
-    return _SURROGATE.sub("\ufffd", text) if _SURROGATE.search(text) else text
+    return SURROGATE.sub("\ufffd", text) if SURROGATE.search(text) else text
 
 
 def whole_value(value: Any) -> Any:
@@ -45,7 +45,7 @@ def whole_value(value: Any) -> Any:
     while stack:
         item = stack.pop()
         if isinstance(item, dict):
-            for key in [k for k in item if _SURROGATE.search(k)]:
+            for key in [k for k in item if SURROGATE.search(k)]:
                 item[whole(key)] = item.pop(key)
             pairs: Any = item.items()
         elif isinstance(item, list):
@@ -66,7 +66,7 @@ def find_json(text: str, *, salvage: bool = False) -> Found | None:
     object, closed. None when there is none. Its strings are ``whole``: the model's JSON is
     a second layer of escapes, where a lone surrogate can hide from the first."""
     found = _find(text, salvage)
-    if found is not None and _SURROGATE_ESCAPE.search(text):
+    if found is not None and SURROGATE_ESCAPE.search(text):
         return Found(whole_value(found.value), found.prose, found.cut)
     return found
 

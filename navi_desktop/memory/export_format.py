@@ -15,6 +15,7 @@ from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.facts import NewMemory
 from navi_desktop.memory.models import CATEGORIES, KINDS, STATUSES, HistoryEntry
 from navi_desktop.memory.textproc import normalize_key
+from navi_desktop.terminal_text import SURROGATE, SURROGATE_ESCAPE
 
 FORMAT = "navi-memory"
 VERSION = 1
@@ -118,7 +119,7 @@ def parse_export(text: str, source: str = "input") -> dict[str, Any]:
         ) from None
     except _BadNumber as exc:
         raise InvalidInput(f"{source}: not a Navi memory export: {exc}") from None
-    if "\\u" in text and (where := _lone_surrogate(data)) is not None:
+    if SURROGATE_ESCAPE.search(text) and (where := _lone_surrogate(data)) is not None:
         raise InvalidInput(
             f"{source}: not valid text at {where}: a \\u escape there is half of a character"
             " (a lone surrogate, which no memory can hold); export the profile again, or fix"
@@ -134,24 +135,16 @@ def _lone_surrogate(data: Any) -> str | None:
     while stack:
         value, where = stack.pop()
         if isinstance(value, str):
-            if not _encodes(value):
+            if SURROGATE.search(value):
                 return where or "the top"
         elif isinstance(value, dict):
-            if not all(map(_encodes, value)):
+            if any(SURROGATE.search(key) for key in value):
                 return f"{where or 'the top'}, in a key"
             items = [(item, f"{where}.{key}" if where else key) for key, item in value.items()]
             stack.extend(reversed(items))  # the first in the file is named
         elif isinstance(value, list):
             stack.extend(reversed([(item, f"{where}[{i}]") for i, item in enumerate(value)]))
     return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 # Optional fields of a memory and what each must be when present (None is always allowed).
