@@ -24,9 +24,8 @@ from navi_desktop.config import (
     UISettings,
     changed_keys,
     load_settings,
-    save_setting,
-    save_settings,
 )
+from navi_desktop.config_save import save_setting, save_settings
 from navi_desktop.config_watch import SettingsWatcher
 from navi_desktop.errors import InvalidInput
 from navi_desktop.paths import Paths
@@ -214,7 +213,8 @@ def test_unreadable_file(config):
 PLANTED_CHECK = """
 import sys
 from pathlib import Path
-from navi_desktop.config import DEFAULTS, load_settings, save_setting
+from navi_desktop.config import DEFAULTS, load_settings
+from navi_desktop.config_save import save_setting
 from navi_desktop.errors import InvalidInput
 path = Path(sys.argv[1])
 settings, errors = load_settings(path)

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from navi_desktop.cli.main import run
-from navi_desktop.config import SPECS, load_settings, save_setting
+from navi_desktop.config import load_settings
+from navi_desktop.config_save import save_setting
+from navi_desktop.config_specs import SPECS
 from navi_desktop.daemon.client import RpcCallError
 from navi_desktop.daemon.service import Service
 from navi_desktop.llm.backend import OllamaBackend

@@ -29,6 +29,7 @@ from navi_desktop.llm import (
 )
 from navi_desktop.llm.backend import OllamaBackend
 from navi_desktop.llm.schema import schema_error
+from navi_desktop.llm.tool_loop import chat_with_tools
 from navi_desktop.memory.embedders import OllamaEmbedder
 from tests.fake_ollama import FakeModel, FakeOllama, Reply, ThreadedFakeOllama, fake_vector
 from tests.pipeline_helpers import make_backend
@@ -233,7 +234,7 @@ async def test_tool_loop_runs_the_tool_and_sends_the_result_back(fake, backend):
         calls.append((name, arguments))
         return "the user's cat is called Miso"
 
-    events = await collect(backend.chat_with_tools("llama3.2", USER, TOOLS, call_tool))
+    events = await collect(chat_with_tools(backend.chat_stream, "llama3.2", USER, TOOLS, call_tool))
     assert calls == [("search_memory", {"query": "cat name"})]
     call = ToolCall("search_memory", {"query": "cat name"})
     assert events[0] == ToolCallsRequested((call,))
@@ -264,7 +265,7 @@ async def test_closing_the_tool_loop_mid_reply_closes_the_connection(fake, backe
         return "nothing"
 
     with left_to_gc() as leaked:
-        loop = backend.chat_with_tools("llama3.2", USER, TOOLS, call_tool)
+        loop = chat_with_tools(backend.chat_stream, "llama3.2", USER, TOOLS, call_tool)
         async for event in loop:
             if isinstance(event, ContentDelta):
                 break
@@ -280,7 +281,7 @@ async def test_a_failing_tool_is_reported_to_the_model(fake, backend):
     async def call_tool(name, arguments):
         raise RuntimeError("database is locked")
 
-    events = await collect(backend.chat_with_tools("llama3.2", USER, TOOLS, call_tool))
+    events = await collect(chat_with_tools(backend.chat_stream, "llama3.2", USER, TOOLS, call_tool))
     result = next(e for e in events if isinstance(e, ToolResult))
     assert result.is_error and result.content == "error: database is locked"
     assert fake.bodies()[1]["messages"][-1]["content"] == "error: database is locked"
@@ -296,8 +297,8 @@ async def test_tool_loop_stops_after_max_rounds(fake, backend):
 
     events = []
     with pytest.raises(ToolLoopLimit) as err:
-        async for event in backend.chat_with_tools(
-            "llama3.2", USER, TOOLS, call_tool, max_rounds=3
+        async for event in chat_with_tools(
+            backend.chat_stream, "llama3.2", USER, TOOLS, call_tool, max_rounds=3
         ):
             events.append(event)
     assert len(fake.bodies()) == 3 and len(ran) == 2
@@ -316,7 +317,7 @@ async def test_model_without_tools(fake, backend):
         raise AssertionError("no tool should run")
 
     with pytest.raises(ToolsUnsupported):
-        await collect(backend.chat_with_tools("gemma2", USER, TOOLS, never))
+        await collect(chat_with_tools(backend.chat_stream, "gemma2", USER, TOOLS, never))
     assert "gemma2" in assert_one_line(err.value)
     # Without tools the same model chats fine.
     assert (await collect(backend.chat_stream("gemma2", USER)))[-1].final

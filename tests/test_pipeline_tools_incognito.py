@@ -1,4 +1,4 @@
-"""Memory tools through the real tool loop (OllamaBackend.chat_with_tools against the fake
+"""Memory tools through the real tool loop (chat_with_tools against the fake
 Ollama), models without tool support, and incognito sessions that leave the file untouched."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from navi_desktop.llm import ContentDelta, Done, ToolResult, ToolsUnsupported
+from navi_desktop.llm.tool_loop import chat_with_tools
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.context import (
     BLOCK_CLOSE,
@@ -42,8 +43,8 @@ async def turn(llm, fake, tools, *calls, answer="Done."):
     fake.script(Reply(tool_calls=list(calls)), Reply(answer))
     events = [
         e
-        async for e in llm.chat_with_tools(
-            MODEL, [{"role": "user", "content": "…"}], TOOLS, tools.call
+        async for e in chat_with_tools(
+            llm.chat_stream, MODEL, [{"role": "user", "content": "…"}], TOOLS, tools.call
         )
     ]
     results = [e for e in events if isinstance(e, ToolResult)]
@@ -132,7 +133,9 @@ async def test_a_model_without_tools_still_gets_the_memory_block(store, llm, fak
     assert await llm.supports_tools(MODEL)
     assert not await llm.supports_tools(NO_TOOLS_MODEL)
     with pytest.raises(ToolsUnsupported):
-        async for _ in llm.chat_with_tools(NO_TOOLS_MODEL, [], TOOLS, MemoryTools(store, "x").call):
+        async for _ in chat_with_tools(
+            llm.chat_stream, NO_TOOLS_MODEL, [], TOOLS, MemoryTools(store, "x").call
+        ):
             pass
 
     ctx = await build_context(

@@ -71,7 +71,7 @@ def cmd_server(args: argparse.Namespace) -> int:
         )  # keeps running after this command
         dsn = server.get_uri()
         if args.use:
-            from navi_desktop.config import save_settings
+            from navi_desktop.config_save import save_settings
             from navi_desktop.paths import Paths
 
             save_settings(

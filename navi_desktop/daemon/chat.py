@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN
+from navi_desktop.llm.tool_loop import chat_with_tools
 from navi_desktop.llm.types import (
     ContentDelta,
     Done,
@@ -73,7 +74,9 @@ async def _stream(
     cap = options.get("num_predict")
     room = cap * MAX_CHARS_PER_TOKEN if cap else None
     if tools is not None:
-        events = backend.chat_with_tools(model, messages, TOOLS, tools.call, options=options)
+        events = chat_with_tools(
+            backend.chat_stream, model, messages, TOOLS, tools.call, options=options
+        )
     else:
         events = backend.chat_stream(model, messages, options=options)
     try:

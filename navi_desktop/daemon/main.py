@@ -111,7 +111,7 @@ async def serve(
     async def settings_set(params: mp.SettingsSet, peer: Any) -> dict[str, Any]:
         """Save changes ({dotted key: value}) to config.toml, keeping its comments; the
         watcher then applies and broadcasts them like an edit made in any editor."""
-        from navi_desktop.config import save_settings
+        from navi_desktop.config_save import save_settings
 
         await asyncio.to_thread(save_settings, config_file, params.changes)
         await watcher.reload()

@@ -12,10 +12,8 @@ what to do; nothing from ``ollama`` or ``httpx`` leaks to callers.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import httpx
@@ -26,11 +24,10 @@ from navi_desktop.llm.errors import (
     InvalidModelOutput,
     LLMError,
     OllamaError,
-    ToolLoopLimit,
-    one_line,
 )
-from navi_desktop.llm.jsontext import Found, find_json, whole, whole_value
+from navi_desktop.llm.jsontext import Found, find_json, whole, whole_value, why_not_json
 from navi_desktop.llm.schema import clamp, schema_error
+from navi_desktop.llm.tool_loop import ToolSpec
 from navi_desktop.llm.translate import Translate
 from navi_desktop.llm.types import (
     ChatEvent,
@@ -43,7 +40,6 @@ from navi_desktop.llm.types import (
     ThinkingDelta,
     ToolCall,
     ToolCallsRequested,
-    ToolResult,
     resolve_host,
 )
 from navi_desktop.ollama_host import hide_bad_env_hosts
@@ -53,8 +49,6 @@ import ollama  # noqa: E402
 
 T = TypeVar("T")
 ChatMessage = Mapping[str, Any]
-ToolSpec = Mapping[str, Any] | Callable[..., Any]
-CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 
 
 class OllamaBackend:
@@ -277,60 +271,6 @@ class OllamaBackend:
                     return
         raise OllamaError(f"Ollama at {self.host} ended {operation} before the reply was done")
 
-    async def chat_with_tools(
-        self,
-        model: str,
-        messages: Sequence[ChatMessage],
-        tools: Sequence[ToolSpec],
-        call_tool: CallTool,
-        *,
-        max_rounds: int = 5,
-        think: bool | str | None = None,
-        options: Mapping[str, Any] | None = None,
-    ) -> AsyncIterator[ChatEvent]:
-        """The tool loop: stream a reply; while it asks for tools, run ``call_tool(name, args)``
-        for each call, send the results back and stream the next reply.
-
-        Yields every round's events, a :class:`ToolResult` per call, and every round's
-        :class:`Done` (``final=False`` for rounds that ended in tool calls). A tool that raises
-        is reported to the model as ``error: ...`` so it can recover. A model still calling
-        tools in round ``max_rounds`` raises :class:`ToolLoopLimit`; a model without tool
-        support raises :class:`ToolsUnsupported` before anything is yielded.
-        """
-        history = list(messages)
-        for round_no in range(1, max_rounds + 1):
-            done: Done | None = None
-            stream = self.chat_stream(model, history, tools=tools, think=think, options=options)
-            async with aclosing(stream) as events:
-                async for event in events:
-                    if isinstance(event, Done):
-                        done = event
-                    else:
-                        yield event
-            assert done is not None  # chat_stream raises rather than end without one
-            if not done.tool_calls:
-                yield done
-                return
-            yield replace(done, final=False)
-            if round_no == max_rounds:
-                break
-            assistant: dict[str, Any] = {
-                "role": "assistant",
-                "content": done.content,
-                "tool_calls": [
-                    {"function": {"name": c.name, "arguments": c.arguments}}
-                    for c in done.tool_calls
-                ],
-            }
-            if done.thinking:
-                assistant["thinking"] = done.thinking
-            history.append(assistant)
-            for call in done.tool_calls:
-                result = await _run_tool(call_tool, call)
-                yield result
-                history.append({"role": "tool", "tool_name": call.name, "content": result.content})
-        raise ToolLoopLimit(model, max_rounds)
-
     async def chat_request(
         self,
         model: str,
@@ -358,7 +298,7 @@ class OllamaBackend:
         text, done_reason = await self._structured(model, messages, schema, options)
         found = find_json(text)
         if found is None:
-            raise InvalidModelOutput(model, _no_json(text, done_reason), text)
+            raise InvalidModelOutput(model, why_not_json(text, done_reason), text)
         value = clamp(found.value, schema)
         if problem := schema_error(value, schema):
             raise InvalidModelOutput(model, f"JSON that does not match the schema: {problem}", text)
@@ -378,7 +318,7 @@ class OllamaBackend:
         text, done_reason = await self._structured(model, messages, schema, options)
         found = find_json(text, salvage=True)
         if found is None:
-            raise InvalidModelOutput(model, _no_json(text, done_reason), text)
+            raise InvalidModelOutput(model, why_not_json(text, done_reason), text)
         cut = found.cut or done_reason == "length"
         return Found(clamp(found.value, schema), prose=found.prose, cut=cut)
 
@@ -496,20 +436,6 @@ class OllamaBackend:
             await stream.aclose()
 
 
-def _no_json(text: str, done_reason: str | None) -> str:
-    if done_reason == "length":
-        return "JSON cut off at the output-token limit"
-    try:
-        json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
-    except RecursionError:
-        return "JSON nested too deeply to read"
-    except ValueError:
-        return "JSON with a number too long to read"
-    return "text that is not valid JSON"
-
-
 def _context_length(info: Mapping[str, Any] | None) -> int | None:
     """``<architecture>.context_length`` from /api/show's model_info."""
     if not info:
@@ -527,12 +453,3 @@ def _context_length(info: Mapping[str, Any] | None) -> int | None:
 def _need_model(model: str) -> None:
     if not model or not model.strip():
         raise InvalidInput("no Ollama model chosen — pick one in settings")
-
-
-async def _run_tool(call_tool: CallTool, call: ToolCall) -> ToolResult:
-    try:
-        raw = await call_tool(call.name, dict(call.arguments))
-    except Exception as exc:  # the model is told, and can recover or apologise
-        return ToolResult(call, f"error: {one_line(str(exc) or type(exc).__name__)}", True)
-    content = raw if isinstance(raw, str) else json.dumps(raw, ensure_ascii=False, default=str)
-    return ToolResult(call, content)

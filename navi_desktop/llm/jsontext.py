@@ -127,3 +127,18 @@ def _close_prefix(text: str, start: int) -> Any:
         except UNREADABLE:
             continue
     return None
+
+
+def why_not_json(text: str, done_reason: str | None) -> str:
+    """Why a structured reply gave no JSON, in words for the error."""
+    if done_reason == "length":
+        return "JSON cut off at the output-token limit"
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        return f"text that is not valid JSON ({exc.msg} at character {exc.pos})"
+    except RecursionError:
+        return "JSON nested too deeply to read"
+    except ValueError:
+        return "JSON with a number too long to read"
+    return "text that is not valid JSON"

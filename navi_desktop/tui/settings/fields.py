@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from navi_desktop.config import SPECS
+from navi_desktop.config_specs import SPECS
 
 TEXT = "text"  # Input; an empty one means "unset" when optional
 INTEGER = "integer"  # Input holding a whole number

@@ -15,7 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Button, Input, Label, Select, Static, Switch
 
-from navi_desktop.config import EMBEDDERS
+from navi_desktop.config_specs import EMBEDDERS
 from navi_desktop.tui.settings.fields import (
     CHOICE,
     FIELDS,

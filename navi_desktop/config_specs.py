@@ -1,0 +1,208 @@
+"""What each setting may hold: one check per dotted key (``SPECS``), shared by reading,
+saving and the settings screen. A rejected value raises :class:`BadValue` with the reason."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from navi_desktop.errors import InvalidInput
+from navi_desktop.ollama_host import valid_host
+from navi_desktop.paths import check_profile_name
+
+EMBEDDERS = ("ollama", "local", "none")
+BACKENDS = ("sqlite", "postgres")
+KEYMAP_KEY = "ui.keymap"
+
+
+class BadValue(ValueError):
+    """A value rejected; the message is the reason."""
+
+
+def show_value(value: Any) -> str:
+    """A value as an error shows it back: short, and a table or array named, not dumped."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise BadValue(f"must be a non-empty string, got {show_value(value)}")
+    return value.strip()
+
+
+def _int_range(low: int, high: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise BadValue(f"must be an integer between {low} and {high}, got {show_value(value)}")
+        return value
+
+    return check
+
+
+def _positive_number(value: Any) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise BadValue(f"must be a number of seconds greater than 0, got {show_value(value)}")
+    return float(value)
+
+
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise BadValue(f"must be true or false, got {show_value(value)}")
+    return value
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    listed = ", ".join(repr(o) for o in options)
+
+    def check(value: Any) -> str:
+        if value not in options or not isinstance(value, str):
+            raise BadValue(f"must be one of {listed}, got {show_value(value)}")
+        return value
+
+    return check
+
+
+def _host(value: Any) -> str:
+    if (host := valid_host(value)) is None:
+        raise BadValue(
+            f"must be a URL like http://127.0.0.1:11434 or host:port, got {show_value(value)}"
+        )
+    return host
+
+
+def _optional_host(value: Any) -> str | None:
+    """A host, or None (the fallback) for an empty string: ``embedding_host = ""``."""
+    return None if isinstance(value, str) and not value.strip() else _host(value)
+
+
+def _dsn(value: Any) -> str | None:
+    """A PostgreSQL URL, or None (NAVI_PG_DSN) for an empty string."""
+    if isinstance(value, str) and not value.strip():
+        return None
+    if not isinstance(value, str) or not value.strip().startswith(("postgresql://", "postgres://")):
+        raise BadValue(f"must be a URL like postgresql://user@host/navi, got {_show_dsn(value)}")
+    return value.strip()
+
+
+def _show_dsn(value: Any) -> str:
+    """A rejected DSN as shown back: never with its password."""
+    if isinstance(value, str) and "@" in value:
+        return repr(re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value))
+    return show_value(value)
+
+
+def _profile(value: Any) -> str:
+    with contextlib.suppress(InvalidInput):
+        if isinstance(value, str):
+            return check_profile_name(value)
+    raise BadValue(
+        "must be 1-64 letters, digits, '_', '-' or '.', starting with a letter or digit,"
+        f" got {show_value(value)}"
+    )
+
+
+def key_string(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+        raise BadValue(f'must be a key such as "ctrl+q" (no spaces), got {show_value(value)}')
+    return value.strip()
+
+
+def _keymap_table(value: Any) -> dict[str, str]:
+    """Whole-table check, used when saving ``ui.keymap``."""
+    if not isinstance(value, Mapping):
+        raise BadValue(f'must be a table of binding id = "key", got {show_value(value)}')
+    out: dict[str, str] = {}
+    for binding, key in value.items():
+        if not isinstance(binding, str) or not binding:
+            raise BadValue(f"binding ids must be non-empty strings, got {show_value(binding)}")
+        try:
+            out[binding] = key_string(key)
+        except BadValue as err:
+            raise BadValue(f"{binding!r} {err}") from None
+    return out
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    key: str
+    check: Callable[[Any], Any]
+    help: str
+
+
+SPECS: dict[str, SettingSpec] = {
+    spec.key: spec
+    for spec in (
+        SettingSpec(
+            "ollama.host",
+            _host,
+            "Ollama server URL or host:port; unset: OLLAMA_HOST, else http://127.0.0.1:11434",
+        ),
+        SettingSpec(
+            "ollama.embedding_host",
+            _optional_host,
+            "Ollama server that embeds; unset: NAVI_EMBEDDING_HOST, else the chat host",
+        ),
+        SettingSpec("ollama.chat_model", _text, "Model that writes the replies"),
+        SettingSpec("ollama.embedding_model", _text, "Model that embeds memories for search"),
+        SettingSpec("ollama.timeout_s", _positive_number, "Seconds to wait for Ollama"),
+        SettingSpec(
+            "ollama.background_timeout_s",
+            _positive_number,
+            "Seconds one background request (learning from a session) may take",
+        ),
+        SettingSpec(
+            "ollama.reply_max_tokens",
+            _int_range(64, 131072),
+            "Longest chat reply in tokens; a longer one is cut and marked as cut",
+        ),
+        SettingSpec("memory.profile", _profile, "Memory profile; unset: the OS user name"),
+        SettingSpec(
+            "memory.budget_tokens", _int_range(100, 8000), "Tokens of memory put into each turn"
+        ),
+        SettingSpec(
+            "memory.inactivity_timeout_min",
+            _int_range(1, 1440),
+            "Minutes of silence after which a session ends and is learned from",
+        ),
+        SettingSpec(
+            "memory.embedder", _choice(*EMBEDDERS), "Embeddings: 'ollama', 'local' or 'none'"
+        ),
+        SettingSpec(
+            "memory.backups",
+            _int_range(0, 100),
+            "Daily backups kept of each profile, made after the first write of a day; 0: none",
+        ),
+        SettingSpec(
+            "memory.backend",
+            _choice(*BACKENDS),
+            "Where memory lives: 'sqlite' (a file per profile) or 'postgres' (a memory server)",
+        ),
+        SettingSpec(
+            "memory.dsn",
+            _dsn,
+            "The memory server for backend 'postgres'; unset: NAVI_PG_DSN",
+        ),
+        SettingSpec(
+            "incognito.read_memory", _boolean, "Incognito sessions may read (never write) memory"
+        ),
+        SettingSpec("incognito.start_incognito", _boolean, "Start new chats in incognito"),
+        SettingSpec("ui.theme", _text, "Textual theme name"),
+        SettingSpec(KEYMAP_KEY, _keymap_table, "Key bindings: binding id = key(s)"),
+    )
+}
