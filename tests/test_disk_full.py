@@ -154,3 +154,27 @@ async def test_a_session_end_on_a_full_disk_stays_pending_with_that_reason(tmp_p
             assert [m.value for m in (await store.list_memories(kind="fact"))[0]] == ["Lyon"]
         finally:
             await service.shutdown(budget_s=5)
+
+
+def test_a_look_at_a_new_profile_on_a_full_disk_names_the_profile_not_a_scratch_folder(
+    tmp_path, monkeypatch, capsys
+):
+    from navi_desktop.cli.main import run
+
+    with small_disk(tmp_path / "disk") as disk:
+        home = disk / "home"
+        monkeypatch.setenv("NAVI_HOME", str(home))
+        monkeypatch.setenv("NAVI_DAEMON", "off")
+        assert run(["memory", "--profile", "typo", "list"]) == 0  # room: an empty answer
+        filler = fill(disk)
+        capsys.readouterr()
+        for command in (["list"], ["search", "tea"], ["stats"]):
+            assert run(["memory", "--profile", "typo", *command]) == 1
+            err = capsys.readouterr().err.strip()
+            assert err.startswith("navi: disk full: ") and err.count("\n") == 0, err
+            assert f"MB free in {home / 'run'}; profile 'typo' has no memory yet" in err
+            assert "empty-profile" not in err and err.endswith("free some space")
+        filler.unlink()
+        assert run(["memory", "--profile", "typo", "list"]) == 0
+        assert not (home / "data" / "profiles" / "typo").exists()
+        assert list((home / "run").iterdir()) == []  # no scratch folder left behind

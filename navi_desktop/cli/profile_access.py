@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from navi_desktop.cli.main import CommandError
-from navi_desktop.errors import InvalidInput, NaviError, NotFound
+from navi_desktop.errors import DiskFull, InvalidInput, NaviError, NotFound
 
 if TYPE_CHECKING:
     from navi_desktop.memory import Memory, MemoryStore
@@ -114,7 +114,7 @@ def with_store(
         if server:  # the profile lives on a memory server
             opened = open_server_store(memory, profile, embedder=offline_embedder())
         elif reads and nothing_at(path):
-            return await _on_empty_store(paths, work)
+            return await _on_empty_store(paths, profile, work)
         else:
             opened = MemoryStore.open(path, embedder=offline_embedder())
         async with await opened as store:
@@ -133,18 +133,31 @@ def with_store(
         raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
 
 
-async def _on_empty_store(paths: Any, work: Callable[[MemoryStore], Awaitable[T]]) -> T:
+async def _on_empty_store(
+    paths: Any, profile: str, work: Callable[[MemoryStore], Awaitable[T]]
+) -> T:
     """``work`` on an empty store of its own, in a private folder removed afterwards."""
+    import errno
     import tempfile
 
     from navi_desktop.memory import MemoryStore
+    from navi_desktop.memory.failures import free_bytes, megabytes
     from navi_desktop.paths import ensure_own_dir
 
     embedder_choice()  # a bad setting is named whatever the profile; an empty store needs none
     run = ensure_own_dir(paths.runtime, "run folder")
-    with tempfile.TemporaryDirectory(prefix="empty-profile-", dir=run) as folder:
-        async with await MemoryStore.open(Path(folder) / "memory.db") as store:
-            return await work(store)
+    try:
+        with tempfile.TemporaryDirectory(prefix="empty-profile-", dir=run) as folder:
+            async with await MemoryStore.open(Path(folder) / "memory.db") as store:
+                return await work(store)
+    except (DiskFull, OSError) as exc:
+        if isinstance(exc, OSError) and exc.errno != errno.ENOSPC:
+            raise
+        # The scratch folder is ours, not the user's: name what they asked for and the fix.
+        raise CommandError(
+            f"disk full: {megabytes(free_bytes(run))} MB free in {run}; profile {profile!r}"
+            " has no memory yet, and looking at it needs a little room there: free some space"
+        ) from exc
 
 
 def key_label(m: Memory) -> str:
