@@ -21,12 +21,6 @@ _HEADER = (
 )
 
 
-def check_setting(key: str, value: Any) -> Any:
-    """The normalised value for ``key``; raises :class:`InvalidSetting` naming key and reason.
-    ``None`` means "unset" (the key is removed from the file and takes its default)."""
-    return _validate_changes({key: value})[key]
-
-
 def _validate_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
     errors: list[SettingError] = []
     out: dict[str, Any] = {}
