@@ -11,6 +11,7 @@ import pytest
 from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
+from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.used import UsedScreen
 from navi_desktop.tui.dialogs import ChoiceScreen, TextScreen
 from navi_desktop.tui.widgets.status_line import Banner, StatusLine
@@ -76,6 +77,50 @@ async def test_escape_stops_a_reply_and_keeps_what_came(fake, daemon):
         await until(pilot, lambda: app.screen.reply is None)
         assert replies(app) == ["Counting: one, two"]
         assert "(stopped)" in str(views(app)[-1].query_one(".note").render())
+        await fake.wait_for_disconnect()
+
+
+async def test_a_second_enter_before_the_reply_starts_loses_neither_message(fake, daemon):
+    """Two messages sent in one burst, the second before the first's reply exists (as fast
+    typing in a terminal does): the first is sent and answered, the second comes back to the
+    prompt, before what was typed since. Before, the second's turn cancelled the first's
+    before it reached the daemon, and the first message was gone."""
+    fake.script(Reply(chunks=["One ", "reply."]))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        prompt = app.screen.query_one("#prompt", Prompt)
+        prompt.text = "typed since"
+        prompt.post_message(Prompt.Submitted("first message"))
+        prompt.post_message(Prompt.Submitted("second message"))
+        await until(pilot, lambda: len(replies(app)) == 1 and not app.screen.answering)
+        assert [v.text for v in views(app) if v.role == "user"] == ["first message"]
+        assert prompt.text == "second message\ntyped since"
+        await pilot.press("enter")  # now it goes
+        await until(pilot, lambda: len(replies(app)) == 2 and not app.screen.answering)
+        session_id = app.screen.session_id
+    shown = await daemon.call("sessions.show", {"id": session_id})
+    assert [m["content"] for m in shown["messages"] if m["role"] == "user"] == [
+        "first message",
+        "second message\ntyped since",
+    ]
+
+
+async def test_a_message_sent_while_navi_answers_comes_back_to_the_prompt(fake, daemon):
+    fake.script(Reply(chunks=["Counting: ", "one"], hang=True))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press(*"count", "enter")
+        await until(pilot, lambda: app.screen.reply is not None and "one" in app.screen.reply.text)
+        await pilot.press(*"and then", "enter")
+        prompt = app.screen.query_one("#prompt", Prompt)
+        await until(pilot, lambda: prompt.text == "and then")
+        await pilot.press(*" more")  # the cursor is after the words given back
+        assert prompt.text == "and then more"
+        await pilot.press("escape")
+        await until(pilot, lambda: not app.screen.answering)
+        assert [v.text for v in views(app) if v.role == "user"] == ["count"]
         await fake.wait_for_disconnect()
 
 

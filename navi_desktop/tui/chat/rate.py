@@ -77,7 +77,7 @@ class RatingActions:
     @work(exclusive=True, group="rate", exit_on_error=False)
     async def action_rate_reply(self: ChatScreen) -> None:
         last = self._last_reply()
-        if last is None or self.reply is not None or self.session_id is None:
+        if last is None or self.answering or self.session_id is None:
             return
         answer = await self.app.push_screen_wait(RateScreen())
         if answer is None or last is not self._last_reply():

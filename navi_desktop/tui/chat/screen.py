@@ -17,17 +17,17 @@ from textual.widgets import Label
 
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.actions import SessionActions
+from navi_desktop.tui.chat.incognito import IncognitoActions
 from navi_desktop.tui.chat.messages import MessageView, Transcript
 from navi_desktop.tui.chat.notices import STOPPED, reply_note
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.rate import RatingActions
 from navi_desktop.tui.chat.sessions import SessionsPane, short
-from navi_desktop.tui.dialogs import ChoiceScreen
 
 NEEDS_SESSION = {"rename_session", "delete_session", "export_session", "end_session"}
 
 
-class ChatScreen(RatingActions, SessionActions, NaviScreen):
+class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
     DEFAULT_CSS = """
     ChatScreen #main { height: 1fr; }
     ChatScreen #chat { width: 1fr; }
@@ -79,6 +79,10 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         self.session_id: str | None = None
         self.incognito = False
         self.reply: MessageView | None = None  # the reply being streamed
+        # A turn from Enter to its reply's end. Set before the worker starts, so a second
+        # Enter (or R) in the awaits before the reply exists cannot start a turn that would
+        # cancel this one (the reply worker is exclusive) and lose its message.
+        self.answering = False
         self._stopping = False  # Esc was pressed during this reply
         self._unlisted = False  # a new session the sessions list does not show yet
 
@@ -128,7 +132,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         elif method == "memory.changed" and (params or {}).get("method") == "memory.forget":
             # Forgetting redacts what was said: the list and the open transcript follow.
             self.sessions.reload()
-            if self.session_id and not self.incognito and self.reply is None:
+            if self.session_id and not self.incognito and not self.answering:
                 self._reopen(self.session_id)
 
     def _show_title(self) -> None:
@@ -151,11 +155,11 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
         if action == "cancel":
             return self.reply is not None
         if action == "regenerate":
-            return self.reply is None and self._last_reply() is not None
+            return not self.answering and self._last_reply() is not None
         if action in ("used", "copy_reply"):
             return self._last_reply() is not None
         if action == "rate_reply":
-            return self.reply is None and self._last_reply() is not None
+            return not self.answering and self._last_reply() is not None
         if action in NEEDS_SESSION:
             return self.session_id is not None and not self.incognito
         return True
@@ -164,14 +168,34 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
 
     @on(Prompt.Submitted)
     def _submitted(self, event: Prompt.Submitted) -> None:
-        if self.reply is not None:
-            self.notify("Navi is still answering; Esc stops it", severity="warning")
+        if self.answering:
+            self._give_back(event.text)
+            self.notify(
+                "Navi is still answering: your message is back in the prompt; send it when"
+                " the reply ends, or stop the reply with Esc",
+                severity="warning",
+            )
             return
+        self.answering = True
         self.send(event.text)
+
+    def _give_back(self, text: str) -> None:
+        """Put words that were not sent back in the prompt, before anything typed since."""
+        prompt = self.prompt
+        prompt.text = f"{text}\n{prompt.text}" if prompt.text.strip() else text
+        prompt.move_cursor(prompt.document.end)
 
     @work(exclusive=True, group="reply", exit_on_error=False)
     async def send(self, text: str | None, regenerate: bool = False) -> None:
-        """Send ``text`` (or regenerate the last reply) and stream the answer."""
+        """Send ``text`` (or regenerate the last reply) and stream the answer. The caller set
+        ``answering``; it is cleared when the turn ends, however it ends."""
+        try:
+            await self._turn(text, regenerate)
+        finally:
+            self.answering = False
+            self.refresh_bindings()
+
+    async def _turn(self, text: str | None, regenerate: bool) -> None:
         link = self.navi.link
         try:
             if self.session_id is None:
@@ -183,9 +207,8 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
                     self.query_one("#chat-title", Label).update(short(text) or "New chat")
         except Exception as err:
             self.navi.report(err, "Starting a session")
-            prompt = self.prompt
-            if text and not prompt.text:
-                prompt.text = text  # not sent: give the words back instead of losing them
+            if text:
+                self._give_back(text)  # not sent: give the words back instead of losing them
             return
         if text is not None:
             await self._add(MessageView("user", text))
@@ -240,10 +263,13 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
 
     async def action_regenerate(self) -> None:
         last = self._last_reply()
-        if last is None or self.reply is not None:
+        if last is None or self.answering:
             return
-        await last.remove()
-        self.send(None, regenerate=True)
+        self.answering = True
+        try:
+            await last.remove()
+        finally:
+            self.send(None, regenerate=True)
 
     def action_copy_reply(self) -> None:
         if (last := self._last_reply()) is not None:
@@ -298,7 +324,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
             self.show_sessions(False)
 
     async def action_open_session(self, session_id: str) -> None:
-        if self.reply is not None:
+        if self.answering:
             self.notify("Wait for the reply, or stop it with Esc", severity="warning")
             return
         if self.incognito and not await self._leave_incognito():
@@ -322,7 +348,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
             shown = await self.navi.link.call("sessions.show", {"id": session_id})
         except Exception:  # deleted meanwhile: nothing left to redraw
             return
-        if self.session_id == session_id and self.reply is None:
+        if self.session_id == session_id and not self.answering:
             await self._show_messages(shown.get("messages", []))
             await self._show_ratings(session_id)
 
@@ -356,7 +382,7 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_new_session(self) -> None:
-        if self.reply is not None:
+        if self.answering:
             self.notify("Wait for the reply, or stop it with Esc", severity="warning")
             return
         previous = None if self.incognito else self.session_id
@@ -371,64 +397,3 @@ class ChatScreen(RatingActions, SessionActions, NaviScreen):
 
     def _listed(self, session_id: str) -> bool:
         return any(s["id"] == session_id for s in self.sessions.sessions)
-
-    # -- incognito -----------------------------------------------------------------------------
-
-    def _set_incognito(self, on: bool) -> None:
-        self.incognito = on
-        self.navi.set_status(incognito=on)
-        self._show_title()
-        self.refresh_bindings()
-
-    @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_toggle_incognito(self) -> None:
-        if self.reply is not None:
-            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
-            return
-        if self.incognito:
-            if await self._leave_incognito():
-                if self.session_id is None:
-                    await self._clear()
-                else:  # kept: the transcript on screen is now that session's
-                    self.sessions.current = self.session_id
-                    self._show_title()
-            return
-        await self._clear()
-        self._set_incognito(True)
-        self.notify("Incognito: nothing from this chat is saved or learned")
-
-    async def _leave_incognito(self) -> bool:
-        """Leave incognito: discard the transcript (after a confirm) or keep it as a session.
-        Returns False when the user stays."""
-        session_id = self.session_id
-        if session_id is not None and self._views():
-            answer = await self.app.push_screen_wait(
-                ChoiceScreen(
-                    "Leave incognito?",
-                    "This conversation has not been saved. Discard it, or keep it as a "
-                    "normal session (it will then be remembered)?",
-                    [
-                        ("stay", "Stay", "default"),
-                        ("keep", "Keep as session", "primary"),
-                        ("discard", "Discard", "error"),
-                    ],
-                )
-            )
-            if answer not in ("keep", "discard"):
-                return False
-            try:
-                if answer == "keep":
-                    kept = await self.navi.link.call("sessions.keep", {"id": session_id})
-                    self._set_incognito(False)
-                    self.sessions.reload()
-                    self.session_id = kept["id"]
-                    self.notify("Kept as a normal session")
-                    return True
-                await self.navi.link.call("sessions.delete", {"id": session_id})
-            except Exception as err:
-                self.navi.report(err, "Leaving incognito")
-                return False
-        self._set_incognito(False)
-        self.session_id = None
-        self.notify("Incognito off: this chat will be remembered")
-        return True
