@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from textual.widgets import Input, Select, TabbedContent
+from textual.widgets import Input, Select, Static, TabbedContent
 
 from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.memory.models import CATEGORIES as ENGINE_CATEGORIES
@@ -176,6 +176,23 @@ async def test_forget_removes_it_everywhere(daemon: Daemon) -> None:
             await daemon.call("memory.get", {"args": [tea["id"]]})
 
 
+async def test_forgetting_what_was_forgotten_elsewhere_meanwhile_is_no_error(
+    daemon: Daemon,
+) -> None:
+    """The command line forgets the memory while the confirm is open: the outcome is the
+    one wanted, so it is said as such (before: "Forgetting failed: no memory with id N")."""
+    tea = (await seed(daemon))["tea"]
+    async with inspector(daemon) as (app, pilot, screen):
+        await ask_to_forget(pilot, screen, tea["id"])
+        await daemon.call("memory.forget", {"args": [tea["id"]]})
+        await pilot.click("#choice-yes")
+        await until(
+            pilot, lambda: any("Already forgotten" in n.message for n in app._notifications)
+        )
+        assert not [n for n in app._notifications if n.severity == "error"]
+        await until(pilot, lambda: tea["id"] not in screen.memory_list.memories)
+
+
 async def test_forget_can_be_cancelled(daemon: Daemon) -> None:
     tea = (await seed(daemon))["tea"]
     async with inspector(daemon) as (app, pilot, screen):
@@ -217,6 +234,34 @@ async def test_edit_the_value(daemon: Daemon) -> None:
         assert screen.current is not None and screen.current["id"] == jazz["id"]
         changed = "from “likes jazz” to “likes modal jazz”"
         await until(pilot, lambda: changed in " ".join(detail_plain(app).split()))
+
+
+async def test_an_edit_the_daemon_refuses_keeps_the_words_and_says_why(daemon: Daemon) -> None:
+    """Before, a value past the daemon's limit closed the dialog with an error notice, and
+    the words typed were gone."""
+    from navi_desktop.tui.dialogs import TextScreen
+
+    jazz = (await seed(daemon))["jazz"]
+    too_long = "v" * 20_001
+    async with inspector(daemon) as (app, pilot, screen):
+        await highlight(pilot, screen, jazz["id"])
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        app.screen.query_one("#text", Input).value = too_long
+        await pilot.press("enter")
+        await until(pilot, lambda: "20,000" in error_text(app))
+        assert isinstance(app.screen, TextScreen)
+        assert app.screen.query_one("#text", Input).value == too_long
+        app.screen.query_one("#text", Input).value = "likes free jazz"
+        await pilot.press("enter")
+        await until(pilot, lambda: "  music: likes free jazz" in rows(screen, "facts"))
+    assert (await daemon.call("memory.get", {"args": [jazz["id"]]}))["value"] == "likes free jazz"
+
+
+def error_text(app: NaviApp) -> str:
+    return (
+        str(app.screen.query_one("#error", Static).render()) if app.screen.query("#error") else ""
+    )
 
 
 async def held(daemon: Daemon, value: str, key: str, reason: str) -> dict[str, Any]:
@@ -400,6 +445,61 @@ async def test_export_asks_where_and_never_replaces_a_file_unasked(
                 assert path.read_text() == "my own notes"
         await until(pilot, lambda: "likes jazz" in path.read_text())
         assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_an_export_path_that_cannot_be_used_is_said_in_the_dialog(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """A name too long, a ~user with no home and a folder that cannot be written: each is
+    one line under the path, which stays as typed. Before, the first two were a traceback
+    that closed the app, and the third named a temporary file and lost the path."""
+    from navi_desktop.tui.dialogs import TextScreen
+
+    await seed(daemon)
+    locked = tmp_path / "proc-like"
+    locked.mkdir()
+    (locked / "x.md").mkdir()  # a folder where the temporary file would go: the write fails
+    answers = [
+        (str(tmp_path / ("a" * 300)), "File name too long"),
+        ("~no-such-user-here/x.md", "names no user's home folder"),
+        (str(tmp_path / "missing" / "x.md"), "does not exist"),
+        (str(locked / "x.md"), "is a folder"),
+    ]
+    async with inspector(daemon) as (app, pilot, _screen):
+        await pilot.press("f9")
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        for typed, said in answers:
+            app.screen.query_one("#text", Input).value = typed
+            await pilot.press("enter")
+            await until(pilot, lambda said=said: said in error_text(app))
+            assert app.screen.query_one("#text", Input).value == typed
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, TextScreen))
+        assert app.is_running
+
+
+async def test_an_export_that_cannot_be_written_asks_again_with_the_path_typed(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    """/proc is a folder no file can be made in: the write fails after every check passed.
+    The dialog comes back with the path typed and the reason naming it (before: a notice
+    naming a temporary file, and the path was gone)."""
+    from navi_desktop.tui.dialogs import TextScreen
+
+    await seed(daemon)
+    typed = "/proc/navi-memory.md"
+    target = tmp_path / "memory.md"
+    async with inspector(daemon) as (app, pilot, _screen):
+        await pilot.press("f9")
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        app.screen.query_one("#text", Input).value = typed
+        await pilot.press("enter")
+        await until(pilot, lambda: f"cannot write {typed}: " in error_text(app))
+        assert app.screen.query_one("#text", Input).value == typed
+        assert ".tmp" not in error_text(app)
+        app.screen.query_one("#text", Input).value = str(target)
+        await pilot.press("enter")
+        await until(pilot, lambda: target.exists() and "likes jazz" in target.read_text())
 
 
 async def test_opens_without_a_daemon(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -12,7 +13,10 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from navi_desktop.terminal_text import safe
 from navi_desktop.tui.widgets.ordered import OrderedInput
+
+T = TypeVar("T")
 
 
 class Dialog(ModalScreen[str | None]):
@@ -129,16 +133,17 @@ class TextScreen(Dialog):
         *,
         placeholder: str = "",
         check: Callable[[str], str | None] | None = None,
+        error: str = "",
     ) -> None:
         super().__init__()
         self._title, self._value, self._placeholder = title, value, placeholder
-        self._check = check
+        self._check, self._error = check, error
 
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(self._title, classes="title")
             yield OrderedInput(self._value, placeholder=self._placeholder, id="text")
-            yield Static("", classes="error", id="error")
+            yield Static(escape(safe(self._error)), classes="error", id="error")
             with Horizontal():
                 yield Button("Cancel", id="cancel")
                 yield Button("Save", id="save", variant="primary")
@@ -147,12 +152,39 @@ class TextScreen(Dialog):
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
         text = self.query_one("#text", Input).value.strip()
-        problem = "cannot be empty" if not text else (self._check(text) if self._check else None)
+        try:
+            problem = "cannot be empty" if not text else (self._check and self._check(text))
+        except Exception as err:  # a check that cannot decide refuses; it never closes the app
+            problem = str(err) or type(err).__name__
         if problem:
-            self.query_one("#error", Static).update(problem)
+            self.query_one("#error", Static).update(escape(safe(problem)))
             return
         self.dismiss(text)
 
     @on(Button.Pressed, "#cancel")
     def _cancel(self) -> None:
         self.dismiss(None)
+
+
+async def ask_text(
+    app: Any,
+    title: str,
+    value: str = "",
+    save: Callable[[str], Awaitable[T | None]] | None = None,
+    **kw: Any,
+) -> T | None:
+    """Ask for text and ``save`` it; None when the user cancels (or ``save`` returns None).
+
+    A save that fails asks again with the words as typed and the reason under them, so what
+    was typed is never lost to a refusal (too long, a folder that cannot be written...).
+    Run from a worker: ``save`` may ask more (a confirm) itself.
+    """
+    error = ""
+    while True:
+        text = await app.push_screen_wait(TextScreen(title, value, error=error, **kw))
+        if text is None or save is None:
+            return text
+        try:
+            return await save(text)
+        except Exception as err:
+            value, error = text, str(err) or type(err).__name__

@@ -12,7 +12,7 @@ from textual.widgets import Label
 
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.chat.notices import end_notice, worth_telling
-from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed
+from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed
 from navi_desktop.tui.export import export_to
 
 if TYPE_CHECKING:
@@ -36,14 +36,15 @@ class SessionActions:
     async def action_rename_session(self) -> None:
         if self.session_id is None or self.incognito:
             return
-        current = self.sessions.title_of(self.session_id) or ""
-        title = await self.app.push_screen_wait(TextScreen("Rename session", current))
+        session_id = self.session_id
+        current = self.sessions.title_of(session_id) or ""
+
+        async def save(title: str) -> str:
+            await self.navi.link.call("sessions.rename", {"id": session_id, "title": title})
+            return title
+
+        title = await ask_text(self.app, "Rename session", current, save)
         if title is None:
-            return
-        try:
-            await self.navi.link.call("sessions.rename", {"id": self.session_id, "title": title})
-        except Exception as err:
-            self.navi.report(err, "Renaming the session")
             return
         self.sessions.reload()
         self.query_one("#chat-title", Label).update(title)

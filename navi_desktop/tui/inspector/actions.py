@@ -10,11 +10,12 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.markup import escape
 
+from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.errors import InvalidInput
 from navi_desktop.expiry import describe as describe_expiry
 from navi_desktop.expiry import parse_expires
 from navi_desktop.terminal_text import safe
-from navi_desktop.tui.dialogs import ConfirmScreen, TextScreen, confirmed, forget_body
+from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed, forget_body
 from navi_desktop.tui.export import export_to
 from navi_desktop.tui.inspector.lists import clip
 
@@ -100,6 +101,9 @@ class MemoryActions:
         scope the user picks: everywhere, or only the memory and its evidence."""
         try:
             preview = await self.navi.link.memory("forget_preview", memory["id"])
+        except RemoteNotFound:
+            self._gone_already(memory)
+            return
         except Exception as err:
             self.navi.report(err, "Looking up where it occurs")
             return
@@ -117,9 +121,17 @@ class MemoryActions:
         elif answer == "evidence":
             await self._forget(memory, f"{done}; other mentions kept", "evidence")
 
+    def _gone_already(self, memory: Memory) -> None:
+        """Forgotten meanwhile (from the command line, another window): what was wanted."""
+        self.forget_locally([memory["id"]])
+        self.notify("Already forgotten (from elsewhere, meanwhile)")
+
     async def _forget(self, memory: Memory, done: str, scope: str) -> None:
         try:
             report = await self.navi.link.memory("forget", memory["id"], scope=scope)
+        except RemoteNotFound:
+            self._gone_already(memory)
+            return
         except Exception as err:
             self.navi.report(err, "Forgetting")
             return
@@ -147,17 +159,15 @@ class MemoryActions:
             self.notify("Saved")
 
     async def _edit(self, memory: Memory, title: str) -> Memory | None:
-        """Ask for a new value and save it; the memory as saved, or None."""
-        value = await self.app.push_screen_wait(TextScreen(title, memory["value"]))
-        if value is None:
-            return None
-        if value == memory["value"]:
-            return memory
-        try:
+        """Ask for a new value and save it; the memory as saved, or None. A value the daemon
+        refuses (too long, say) is shown again with the reason, never thrown away."""
+
+        async def save(value: str) -> Memory:
+            if value == memory["value"]:
+                return memory
             return await self.navi.link.memory("edit", memory["id"], value=value)
-        except Exception as err:
-            self.navi.report(err, "Editing")
-            return None
+
+        return await ask_text(self.app, title, memory["value"], save)
 
     @work(exclusive=True, group="inspector-action", exit_on_error=False)
     async def action_pin(self) -> None:
@@ -194,21 +204,21 @@ class MemoryActions:
             return
         current = memory.get("expires_at")
         now = f"now {describe_expiry(current)}" if current else "now never"
-        answer = await self.app.push_screen_wait(
-            TextScreen(
-                f"When does it stop being true? ({now})",
-                placeholder="7d, 2w, 2025-06-30, or never",
-                check=_expiry_problem,
-            )
-        )
-        if answer is None:
-            return
-        try:
+
+        async def save(answer: str) -> tuple[str | None, Memory]:
             expires = parse_expires(answer, "the expiry")
-            updated = await self.navi.link.memory("edit", memory["id"], expires_at=expires)
-        except Exception as err:
-            self.navi.report(err, "Setting the expiry")
+            return expires, await self.navi.link.memory("edit", memory["id"], expires_at=expires)
+
+        saved = await ask_text(
+            self.app,
+            f"When does it stop being true? ({now})",
+            save=save,
+            placeholder="7d, 2w, 2025-06-30, or never",
+            check=_expiry_problem,
+        )
+        if saved is None:
             return
+        expires, updated = saved
         self.replace_locally(updated)
         self.notify(f"Expires {describe_expiry(expires)}" if expires else "It never expires now")
 
