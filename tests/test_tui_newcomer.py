@@ -102,6 +102,28 @@ async def test_f2_focuses_the_prompt_and_alt_keys_switch_modes(daemon: Daemon) -
         assert isinstance(app.focused, Prompt) and app.focused.text == "Bruno"
 
 
+async def test_alt_keys_from_a_terminal_reach_their_binding_from_a_text_field(
+    daemon: Daemon,
+) -> None:
+    """A terminal sends Alt+M as Esc m, which Textual reads as "alt+m" with the character
+    "m": the focused prompt typed "m" and the binding never ran (Pilot's press sends no
+    character, so the test above could not see it)."""
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await pilot.press(*"Bruno")
+        for key, on_screen in (("m", InspectorScreen), ("s", SettingsScreen)):
+            await pilot.press("f2")
+            await until(pilot, lambda: isinstance(app.focused, Prompt))
+            for event in terminal_events("\x1b" + key):
+                assert (event.key, event.character) == (f"alt+{key}", key)
+                app.post_message(event)
+            await until(pilot, lambda on_screen=on_screen: isinstance(app.screen, on_screen))
+        await pilot.press("f2")
+        await until(pilot, lambda: isinstance(app.focused, Prompt))
+        assert app.focused.text == "Bruno"  # no "m", no "s"
+
+
 async def test_every_f_key_has_an_alt_alternative(daemon: Daemon) -> None:
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
@@ -126,6 +148,11 @@ async def test_every_f_key_has_an_alt_alternative(daemon: Daemon) -> None:
 
 def terminal_key(data: str) -> str:
     """What Textual makes of bytes from the terminal (Esc+3 is "£", not Alt+3)."""
+    return " ".join(getattr(e, "key", "?") for e in terminal_events(data))
+
+
+def terminal_events(data: str) -> list[Any]:
+    """The events Textual's parser makes of bytes from the terminal."""
     import time
 
     from textual._xterm_parser import XTermParser
@@ -133,8 +160,7 @@ def terminal_key(data: str) -> str:
     parser = XTermParser()
     found = list(parser.feed(data))
     time.sleep(0.15)  # a lone Esc waits for what may follow
-    found += list(parser.tick())
-    return " ".join(getattr(e, "key", "?") for e in found)
+    return found + list(parser.tick())
 
 
 # -- 8: F1 and the palette -------------------------------------------------------------------

@@ -33,6 +33,11 @@ class InOrder:
             event.stop()
             event.prevent_default()
             await self.run_action(binding.action)  # type: ignore[attr-defined]
+        elif event.key.startswith("alt+"):
+            # An Alt key is never text (a layout's own characters arrive as themselves), but
+            # Textual gives Alt+G the character "g": inserted, it never reached its binding.
+            # Not stopped: it bubbles on to the screen's and the app's bindings.
+            event.prevent_default()
         else:
             await super()._on_key(event)  # type: ignore[misc]
         # Drawn at once while a reply streams (frames.py); a key that closed its dialog left
