@@ -67,6 +67,10 @@ class Paths:
     def config_file(self) -> Path:
         return self.config / CONFIG_FILE_NAME
 
+    @property
+    def daemon_log(self) -> Path:
+        return self.state / "daemon.log"
+
     def profile_db(self, profile: str) -> Path:
         return self.data / "profiles" / check_profile_name(profile) / "memory.db"
 

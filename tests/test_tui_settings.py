@@ -89,6 +89,22 @@ async def test_values_are_loaded(home: Any, fake: Any) -> None:
         assert not app.screen.query_one("#config-errors").has_class("-shown")
 
 
+async def test_f4_focuses_the_first_setting_so_typing_edits_it(home: Any, fake: Any) -> None:
+    """As F2 focuses the prompt and F3 the memory list (before, F4 focused nothing and what
+    was typed after it went nowhere)."""
+    app = NaviApp(home, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_settings(app, pilot)
+        host = widget(app, "ollama.host")
+        await until(pilot, lambda: app.focused is host)
+        await pilot.press("end", *"0")
+        assert host.value == fake.url + "0"
+        await pilot.press("f2")
+        await until(pilot, lambda: app.current_mode == "chat")
+        await pilot.press("f4")
+        await until(pilot, lambda: app.focused is host)
+
+
 async def test_invalid_values_show_inline_and_are_not_saved(home: Any) -> None:
     before = config_file(home).read_text()
     app = NaviApp(home, autostart=False)

@@ -60,10 +60,6 @@ def call_when_back(paths: Paths, method: str, params: dict[str, Any], timeout: f
             time.sleep(0.1)
 
 
-def log_path(paths: Paths) -> Path:
-    return paths.state / "daemon.log"
-
-
 async def serve(
     paths: Paths, *, ready: asyncio.Event | None = None, stop: asyncio.Event | None = None
 ) -> None:
@@ -188,7 +184,7 @@ async def _maintain(service: Any) -> None:
         except Exception:
             log.exception("closing idle profiles failed")
         try:
-            trim_log(log_path(service.paths))
+            trim_log(service.paths.daemon_log)
             untrimmed = ""
         except (NaviError, OSError) as exc:  # a file planted at <log>.1: said, and left
             if str(exc) != untrimmed:
@@ -272,7 +268,7 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
 
     ensure_own_dir(paths.state, "state folder")
     ensure_own_dir(paths.runtime, "run folder")
-    log_file = log_path(paths)
+    log_file = paths.daemon_log
     with contextlib.suppress(NaviError, OSError):  # a log not trimmed must not stop a start
         trim_log(log_file)
     fd = open_private_file(log_file, os.O_WRONLY | os.O_APPEND)

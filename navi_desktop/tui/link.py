@@ -25,7 +25,6 @@ from navi_desktop.terminal_text import safe
 
 TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
-STOPPED = "it was stopped; Alt+G starts it again (or `navi daemon start`)"
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ class DaemonLink:
                 client, self._client = self._client, None
                 with contextlib.suppress(Exception):
                     await client.close()
-            stopped = STOPPED
+            stopped = gone(self.paths)
             self._set(LinkState("down", stopped))
             await self._pause(RETRY_S[0])
 
@@ -139,3 +138,12 @@ class DaemonLink:
     async def notify(self, method: str, params: dict[str, Any]) -> None:
         if self._client is not None:
             await self._client.notify(method, params)
+
+
+def gone(paths: Paths) -> str:
+    """Why the daemon is down once it went away: stopped on purpose or ended, the app cannot
+    tell (a killed daemon says nothing), so both are said, and where to look."""
+    return (
+        f"it is no longer running (stopped, or it ended: {paths.daemon_log} says why);"
+        " Alt+G starts it again (or `navi daemon start`)"
+    )
