@@ -68,6 +68,10 @@ class FieldRow(Vertical):
 
 
 class SettingsForm(VerticalScroll):
+    # Its fields take the focus, never the scroll box itself: focused, it took what was typed
+    # after F4 and did nothing with it (a focused field scrolls into view by itself).
+    can_focus = False
+
     DEFAULT_CSS = """
     SettingsForm { height: 1fr; padding: 0 1; }
     SettingsForm .section { text-style: bold; color: $accent; margin-top: 1; }

@@ -112,15 +112,14 @@ class SettingsScreen(NaviScreen):
             if key in FIELDS and value is not None:  # None: the field's own placeholder says
                 self.form.show_unset(FIELDS[key], str(value))
         self.refresh_models()
-        if self.focused in (None, self.form) and self.is_current:  # F4 came before the answer
+        if self.focused is None and self.is_current:  # F4 came before the answer
             self.call_after_refresh(self.action_focus_main)  # once the form is shown
 
     def action_focus_main(self) -> None:
         """F4 and Alt+S: the first setting, so what is typed next edits it."""
         if self.loaded is None or self.has_class("-empty"):
             return  # no form yet: nothing to type into
-        first = next((w for w in self.focus_chain if self.form in w.ancestors), None)  # not the
-        # form itself: a scroll container takes focus too, and typing into it does nothing
+        first = next((w for w in self.focus_chain if self.form in w.ancestors), None)
         if first is not None:
             first.focus()
 
