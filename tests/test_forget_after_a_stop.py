@@ -6,9 +6,6 @@ and carried out by the next retry."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,32 +13,9 @@ import pytest
 from navi_desktop.memory.backup import list_backups, make_backup
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.pipeline.forgetting import finish_scrubs
+from tests.copies_support import cut_short, holds
 
 SECRET = "zorbquux"
-
-KILLED = """
-import asyncio, os, sys
-from navi_desktop.memory.forget_copies import CopyScrubOps
-from navi_desktop.memory.store import MemoryStore
-
-async def stop_here(*args, **kwargs):
-    os._exit(9)  # the process dies between the saved forget and its copies
-
-async def main(path, memory_id):
-    store = await MemoryStore.open(path)
-    CopyScrubOps._scrub_copies = stop_here
-    await store.forget(memory_id)
-
-asyncio.run(main(sys.argv[1], int(sys.argv[2])))
-"""
-
-
-def holds(path: Path, text: str) -> bool:
-    return any(
-        text.encode() in p.read_bytes()
-        for p in (path, path.with_name(path.name + "-wal"))
-        if p.exists()
-    )
 
 
 async def test_a_forget_cut_short_reaches_the_backups_at_the_next_retry(tmp_path: Path) -> None:
@@ -55,13 +29,7 @@ async def test_a_forget_cut_short_reaches_the_backups_at_the_next_retry(tmp_path
     (backup,) = list_backups(path)
     assert holds(backup, SECRET)
 
-    killed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(KILLED), str(path), str(added.memory.id)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert killed.returncode == 9, killed.stderr
+    cut_short(path, "forget", added.memory.id, "_scrub_copies")
     assert holds(backup, SECRET)  # the stop left it there
 
     async with await MemoryStore.open(path) as store:

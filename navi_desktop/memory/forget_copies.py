@@ -10,15 +10,17 @@ text: a retry finds the text in each copy's own rows of those ids.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import DiskError, DiskFull, NaviError
+from navi_desktop.errors import DiskError, DiskFull, InvalidInput, NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.db import DbError
+from navi_desktop.memory.scrub import UNFINISHED
 
 if TYPE_CHECKING:
     from navi_desktop.memory.forget import ForgetReport
@@ -32,6 +34,8 @@ NeedlesFor = Callable[[list[Any], str], Needles]  # a copy's rows -> their needl
 
 
 class CopyScrubOps:
+    is_copy = False  # a backup opened to carry a forget or a delete into it: it has no copies
+
     async def _copies_pending(self: MemoryStore) -> list[dict[str, Any]]:
         raw = await self.db.scalar("SELECT value FROM meta WHERE key = ?", (COPIES_KEY,))
         return json.loads(raw) if raw else []
@@ -53,6 +57,10 @@ class CopyScrubOps:
 
         done = []
         for pending in await self.copy_scrubs_pending():
+            if "session" in pending:  # a deleted session
+                await self._delete_in_copies(pending["session"])
+                done.append(pending)
+                continue
             report = ForgetReport(scope=pending["scope"])
             await self._scrub_copies(pending["ids"], report, None)
             log.info(
@@ -67,17 +75,7 @@ class CopyScrubOps:
         """The forget of ``ids`` in every copy (``needles``: the forget's own matcher; None:
         each copy's rows of ``ids`` give theirs). A copy that cannot be opened is reported,
         and not tried again: the record is cleared once every copy was tried."""
-        from navi_desktop.memory.backup import list_backups
-
-        running = getattr(self.db, "_backup", None)  # a daily backup being made right now
-        if running is not None:
-            await running
-
-        def copies() -> list[Path]:
-            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
-            return [*list_backups(self.path), *sorted(beside)]
-
-        for path in await asyncio.to_thread(copies):
+        for path in await self._copies():
             try:
                 await self._scrub_copy(path, ids, needles, report.scope)
                 report.backups += 1
@@ -90,6 +88,62 @@ class CopyScrubOps:
                 await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
         except (DiskFull, DiskError) as exc:  # the forget is saved: the note stays, the
             log.warning("forget's note kept for a retry: %s", exc)  # retry finds no more
+
+    async def _copies(self: MemoryStore) -> list[Path]:
+        """The profile's copies: its backups and any file a restore kept aside."""
+        from navi_desktop.memory.backup import list_backups
+
+        running = getattr(self.db, "_backup", None)  # a daily backup being made right now
+        if running is not None:
+            await running
+
+        def copies() -> list[Path]:
+            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
+            return [*list_backups(self.path), *sorted(beside)]
+
+        return await asyncio.to_thread(copies)
+
+    # -- a deleted session ------------------------------------------------------------------
+
+    async def _note_session_deleted(self: MemoryStore, session_id: str) -> None:
+        """Inside the delete's transaction: the file's free space and the copies owe it."""
+        await self._note_pending([], UNFINISHED)
+        if self.is_copy:
+            return
+        pending = [p for p in await self._copies_pending() if p.get("session") != session_id]
+        pending.append({"session": session_id, "since": now_iso()})
+        await self._set_meta(COPIES_KEY, json.dumps(pending))
+
+    async def _session_deleted(self: MemoryStore, session_id: str) -> None:
+        """After a session's delete is saved: its text out of the file's free space and its
+        log (or noted for the retries while a reader holds them), and out of every copy, so
+        a restore cannot bring it back."""
+        if why := await self._purge_free_space([]):
+            log.warning("a deleted session stays in %s's free space: %s", self.path, why)
+        if not self.is_copy:
+            await self._delete_in_copies(session_id)
+
+    async def _delete_in_copies(self: MemoryStore, session_id: str) -> None:
+        from navi_desktop.memory.store import MemoryStore as Store
+
+        for path in await self._copies():
+            try:
+                copy = await Store.open(path, create=False)
+                copy.is_copy = True
+                try:
+                    with contextlib.suppress(InvalidInput):  # a copy made before the session
+                        await copy.delete_session(session_id)
+                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
+                finally:
+                    await copy.close()
+            except (NaviError, DbError, OSError) as exc:
+                log.warning("backup %s keeps a deleted session: %s", path, exc)
+        try:
+            async with self.db.transaction():
+                left = [p for p in await self._copies_pending() if p.get("session") != session_id]
+                await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
+        except (DiskFull, DiskError) as exc:  # the delete is saved: the note stays for a retry
+            log.warning("delete's note kept for a retry: %s", exc)
 
     async def _scrub_copy(
         self: MemoryStore, path: Path, ids: list[int], needles: Needles | None, scope: str

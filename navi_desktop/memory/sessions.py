@@ -275,7 +275,12 @@ class SessionAdminOps:
 
     async def delete_session(self: Store, session_id: str) -> int:
         """Delete a session and its messages (memories learned from it stay, unlinked).
-        Returns how many messages went."""
+        Returns how many messages went.
+
+        Gone as a forget is gone: saved with the delete is a note that its text is still to
+        leave the file's free space, its log and the profile's copies (backups, a file a
+        restore kept aside), which ``_session_deleted`` then carries out; a stop in between
+        leaves the note for the retries."""
         async with self.db.transaction():
             ids = [
                 r[0]
@@ -287,6 +292,8 @@ class SessionAdminOps:
             if not await self.db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)):
                 raise InvalidInput(f"no session with id {session_id!r}")
             await self._drop_orphan_entities()
+            await self._note_session_deleted(session_id)
+        await self._session_deleted(session_id)
         return len(ids)
 
     async def drop_last_reply(self: Store, session_id: str) -> Message:

@@ -17,7 +17,7 @@ from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.models import Memory
 from navi_desktop.memory.pg.db import SCHEMA
-from navi_desktop.memory.scrub import PENDING_KEY, redact_memory
+from navi_desktop.memory.scrub import PENDING_KEY, UNFINISHED, redact_memory
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS as SCRUBBED_COLUMNS
 from navi_desktop.memory.scrub_plan import ScrubPlan
 from navi_desktop.memory.sessions import MESSAGE_COLUMNS
@@ -244,6 +244,14 @@ class PgScrubOps:
                 " them: run the command again logged in as that role (or a superuser)"
             )
         return done
+
+    async def _note_session_deleted(self: PgMemoryStore, session_id: str) -> None:
+        """Inside a session's delete: its rows owe the tables' dead space a VACUUM."""
+        await self._note_pending([], UNFINISHED)
+
+    async def _session_deleted(self: PgMemoryStore, session_id: str) -> None:
+        """After the delete: its rows out of the tables' dead space (or noted why not)."""
+        await self._purge_free_space([])
 
     async def _note_pending(self: PgMemoryStore, ids: list[int], reason: str) -> None:
         """Record a scrub as unfinished (inside a transaction); ids and times, never text."""

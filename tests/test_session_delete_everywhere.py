@@ -1,0 +1,87 @@
+"""A deleted session is gone as a forgotten memory is: from the file's free space and its
+log, from the profile's backups and from a file a restore kept aside, so no restore brings
+it back. Before, `navi sessions delete` removed the rows only: the text stayed in every
+backup (a restore brought the session back) and in the write-ahead log while the daemon ran."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from navi_desktop.memory.backup import list_backups, make_backup
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.pipeline.forgetting import finish_scrubs
+from tests.copies_support import cut_short, holds
+from tests.tui_support import DEAD_HOST, Daemon, make_home
+
+SECRET = "pangolin3141"
+
+
+async def a_profile_with_a_secret_session(path: Path) -> str:
+    async with await MemoryStore.open(path) as store:
+        await store.add_memory("likes tea")
+        kept = await store.create_session()
+        await store.save_message(kept.id, "user", "what tea goes with rain?")
+        secret = await store.create_session()
+        await store.save_message(secret.id, "user", f"my door code is {SECRET}")
+        await store.save_message(secret.id, "assistant", f"Noted: {SECRET}.")
+        return secret.id
+
+
+async def test_a_deleted_session_leaves_the_file_its_backups_and_a_kept_aside_copy(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "memory.db"
+    secret = await a_profile_with_a_secret_session(path)
+    await asyncio.to_thread(make_backup, path)
+    (backup,) = list_backups(path)
+    aside = path.with_name("memory.before-restore-20260101T000000Z.db")
+    aside.write_bytes(backup.read_bytes())
+    assert holds(backup, SECRET) and holds(aside, SECRET)
+
+    async with await MemoryStore.open(path) as store:
+        assert await store.delete_session(secret) == 2
+        assert not holds(path, SECRET)  # the daemon keeps the file open: its log too
+        assert await store.copy_scrubs_pending() == []
+        assert await store.pending_scrubs() == []
+    for copy_path in (backup, aside):
+        assert not holds(copy_path, SECRET), copy_path
+        async with await MemoryStore.open(copy_path, create=False) as copy:
+            sessions = [s.id for s in await copy.list_sessions()]
+            assert secret not in sessions and len(sessions) == 1  # the other one stays
+            assert [m.value for m in (await copy.list_memories())[0]] == ["likes tea"]
+
+
+async def test_a_delete_cut_short_reaches_the_backups_at_the_next_retry(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    secret = await a_profile_with_a_secret_session(path)
+    await asyncio.to_thread(make_backup, path)
+    (backup,) = list_backups(path)
+    cut_short(path, "delete_session", secret, "_delete_in_copies")
+    assert holds(backup, SECRET)  # the stop left it there
+    async with await MemoryStore.open(path) as store:
+        pending = await store.copy_scrubs_pending()
+        assert [p.get("session") for p in pending] == [secret]
+        await finish_scrubs(store)  # the daemon's minute tick
+        assert await store.copy_scrubs_pending() == []
+    assert not holds(backup, SECRET)
+    assert not holds(path, SECRET)
+
+
+async def test_navi_sessions_delete_through_the_daemon_leaves_no_copy(tmp_path: Path) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    db = paths.profile_db("tester")
+    db.parent.mkdir(parents=True, mode=0o700)
+    secret = await a_profile_with_a_secret_session(db)
+    daemon = await Daemon(paths).start()
+    try:
+        await asyncio.to_thread(make_backup, db)  # what `navi memory backup` does
+        (backup,) = list_backups(db)
+        assert holds(backup, SECRET)
+        await daemon.call("sessions.delete", {"id": secret})
+        assert not holds(db, SECRET)  # while the daemon runs, its log included
+        assert not holds(backup, SECRET)
+        listed = await daemon.call("sessions.list")
+        assert secret not in str(listed)
+    finally:
+        await daemon.stop()
