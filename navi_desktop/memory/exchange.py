@@ -31,7 +31,10 @@ from navi_desktop.memory.textproc import normalize
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
 
-Known = dict[tuple[str, str, str | None, str], int]  # kind, time, key, value -> id
+# kind, time, key, normalized value -> id. The time is None for an item that has none: it
+# is then the same memory as any one here of that kind, key and value, whatever its time.
+Key = tuple[str, str | None, str | None, str]
+Known = dict[Key, int]
 # History rows looked up at a time when ids are remapped (a server takes 32,767 parameters).
 REMAP_CHUNK = 1000
 KEYS_PAGE = 5000  # memories read at a time when an import looks for what is already here
@@ -107,24 +110,32 @@ class ExchangeOps:
 
     async def _import_keys(self: Store, items: list[dict[str, Any]]) -> Known:
         """The memories already here that an imported one could be the same as: of the same
-        kind and time (``created_at``) and key, then value. One pass over the memories, a
-        page at a time, keeping only those at one of the import's times: looked up per item,
-        a query scanned every memory of the kind (8 ms each at 30k), and re-importing an
-        export of 30k took 3.5 minutes; a page at a time, a large profile is never in
-        memory whole."""
+        kind and time (``created_at``) and key, then value; for an item with no time, of the
+        same kind, key and value at any time (the oldest). One pass over the memories, a
+        page at a time, keeping only those that can match: looked up per item, a query
+        scanned every memory of the kind (8 ms each at 30k), and re-importing an export of
+        30k took 3.5 minutes; a page at a time, a large profile is never in memory whole."""
         times = {item["created_at"] for item in items if item.get("created_at")}
+        undated = {_content(item) for item in items if not item.get("created_at")}
+        # (kind, key) first: most rows are ruled out without normalizing their value.
+        undated_keys = {(kind, norm_key) for kind, norm_key, _ in undated}
         known: Known = {}
         last = 0
-        while times:
+        while times or undated:
             rows = await self.db.fetchall(
                 "SELECT id, kind, created_at, norm_key, value FROM memories"
                 " WHERE id > ? ORDER BY id LIMIT ?",
                 (last, KEYS_PAGE),
             )
             for row in rows:
+                kind, norm_key = row["kind"], row["norm_key"]
                 if row["created_at"] in times:
-                    key = (row["kind"], row["created_at"], row["norm_key"], normalize(row["value"]))
+                    key = (kind, row["created_at"], norm_key, normalize(row["value"]))
                     known.setdefault(key, row["id"])  # the oldest, as the query's first was
+                if (kind, norm_key) in undated_keys:
+                    content = (kind, norm_key, normalize(row["value"]))
+                    if content in undated:
+                        known.setdefault(_undated(content), row["id"])
             if len(rows) < KEYS_PAGE:
                 break
             last = rows[-1]["id"]
@@ -143,8 +154,11 @@ class ExchangeOps:
             report.blocked += 1
             return
         now = now_iso()
-        created = item.get("created_at") or now
-        key = (item["kind"], created, norm_key, normalize(value))
+        content = _content(item)
+        # Not keyed by ``now``: an undated item would then never match (twice imported, twice
+        # added), and identical ones in a file would collapse only within a millisecond.
+        created = item.get("created_at")
+        key = (item["kind"], created, norm_key, content[2]) if created else _undated(content)
         if (known_id := known.get(key)) is not None:
             report.skipped += 1
             report.ids[item["id"]] = known_id
@@ -162,6 +176,17 @@ class ExchangeOps:
         await self._index_memory(await self._row(new_id))
         await self._mark_profile_stale()
         known.setdefault(key, new_id)
+        known.setdefault(_undated(content), new_id)  # a later undated twin is this one
         report.added += 1
         report.ids[item["id"]] = new_id
         report.new_ids.append(new_id)
+
+
+def _content(item: dict[str, Any]) -> tuple[str, str | None, str]:
+    """What makes an item the same memory, less its time: kind, key, value as compared."""
+    return item["kind"], import_norm_key(item), normalize(item["value"].strip())
+
+
+def _undated(content: tuple[str, str | None, str]) -> Key:
+    kind, norm_key, value = content
+    return kind, None, norm_key, value
