@@ -33,6 +33,11 @@ def redact(value: str, text: str) -> str:
         ("it's mine", "it\u2019s mine", MARKER),  # curly quotes
         ("東京", "私は東京に住んでいます", f"私は{MARKER}に住んでいます"),  # no spaces: inside runs
         ("C++", "I write C++ daily", f"I write {MARKER} daily"),
+        # Drawn as nothing, so read as the value: a soft hyphen (web pages, PDFs), a
+        # zero-width space or joiner, a word joiner.
+        ("Plonkor", "walk Plon\u00adkor now", f"walk {MARKER} now"),
+        ("Plonkor", "Plon\u200bkor and P\u200dlonkor\u2060", f"{MARKER} and {MARKER}\u2060"),
+        ("Plon kor", "Plonkor", "Plonkor"),  # a space is not drawn as nothing
     ],
 )
 def test_the_matching_rule(value, text, expected):
@@ -296,3 +301,26 @@ def test_the_cli_wants_everywhere_confirmed_for_a_short_value(tmp_path, monkeypa
     assert navi("show", "1")[0] == 0  # still there
     code, out, _ = navi("forget", "1", "--yes", "--everywhere")
     assert (code, out) == (0, "Forgot #1.\n")
+
+
+async def test_a_value_written_with_invisible_characters_is_forgotten_and_blocked(store):
+    """Before, "Plon\u00adkor" and "Plon\u200bkor" kept their text through a forget
+    everywhere (they look like "Plonkor"), and an import of "Zor\u200bblax" was let back in."""
+    session = await store.create_session()
+    said = "I walk Plon\u00adkor daily and Plonkor loves it, also Plon\u200bkor"
+    await store.save_message(session.id, "user", said)
+    dog = await store.add_memory("Plonkor", key="dog")
+    report = await store.forget(dog.memory.id)
+    assert report.forgotten == [dog.memory.id]
+    [message] = await store.messages(session.id)
+    assert message.content == f"I walk {MARKER} daily and {MARKER} loves it, also {MARKER}"
+    zorblax = await store.add_memory("Zorblax", key="robot")
+    await store.forget(zorblax.memory.id)
+    memories = [
+        {"id": i, "kind": "fact", "key": "robot", "value": value}
+        for i, value in enumerate(["Zor\u200bblax", "Zor\u00adblax", "Z\u200dorblax"], 1)
+    ]
+    imported = await store.import_data(
+        {"format": "navi-memory", "version": 1, "memories": memories}
+    )
+    assert (imported.added, imported.blocked) == (0, 3)

@@ -3,8 +3,9 @@
 A value matches text when, after both are normalised, the value's words appear in the text in
 the same order as whole words:
 
-* normalised = NFKC, case-folded, curly quotes made straight; a run of spaces (any kind) is one
-  space, and punctuation at the value's ends is dropped ("Bob." matches "bob");
+* normalised = NFKC, case-folded, curly quotes made straight, characters drawn as nothing
+  (a soft hyphen, a zero-width space) dropped; a run of spaces (any kind) is one space, and
+  punctuation at the value's ends is dropped ("Bob." matches "bob");
 * whole words = no letter or digit right before or after the match ("Bob" matches "Bob's" and
   "(bob)", not "Bobby" or "kebob"). Text without spaces between words (Chinese, Japanese) has
   no boundaries to check, so there a value matches inside longer runs.
@@ -23,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from navi_desktop.memory.textproc import _CJK, STOPWORDS, normalize, tokens
+from navi_desktop.memory.textproc import _CJK, IGNORABLE, STOPWORDS, normalize, tokens
 
 MARKER = "[forgotten]"
 MIN_CHARS = 3
@@ -50,7 +51,7 @@ def fold(text: str) -> str:
     """One piece of text in the matching form (no position bookkeeping)."""
     if text.isascii():
         return _straight(text.lower())
-    return _straight(unicodedata.normalize("NFKC", text).casefold())
+    return _straight(IGNORABLE.sub("", unicodedata.normalize("NFKC", text).casefold()))
 
 
 def needle_form(value: str) -> str:

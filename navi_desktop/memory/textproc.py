@@ -19,6 +19,14 @@ _CJK = (
 _CJK_CHAR = re.compile(f"[{_CJK}]")
 _WORD = re.compile(rf"[{_CJK}]|[^\W{_CJK}]+")
 _SPACES = re.compile(r"\s+")
+# Unicode's default-ignorable code points (soft hyphen, zero-width space and joiners, bidi
+# marks, variation selectors...): drawn as nothing, so "Plon\u00adkor" reads "Plonkor" and
+# must compare as it. Text pasted from web pages and PDFs is full of soft hyphens.
+IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3"
+    "\U0001d173-\U0001d17a\U000e0000-\U000e0fff]"
+)
 
 # Function words that carry no meaning in a query: NLTK's English list (other languages rely
 # on BM25's IDF). Contractions appear split, as the tokenizer splits them.
@@ -39,7 +47,7 @@ STOPWORDS = frozenset(
 
 def normalize(text: str) -> str:
     """Canonical form for comparing text: NFKC, case-folded, single spaces, no edge punctuation."""
-    text = unicodedata.normalize("NFKC", text).casefold()
+    text = IGNORABLE.sub("", unicodedata.normalize("NFKC", text).casefold())
     return _SPACES.sub(" ", text).strip().strip(".,;:!?\"'()[]{} ")
 
 
