@@ -1,7 +1,7 @@
 """Where Ollama is: the host a value such as ``OLLAMA_HOST`` means, which host embeds (it may
 be another machine's, with a GPU), and whether this client's ``OLLAMA_HOST`` is the host the
-daemon uses. Standard library only, and apart from the LLM layer: ``navi chat`` checks the
-host without loading that layer (~15 ms of its start-up).
+daemon uses. Standard library only (and errors.py), apart from the LLM layer: ``navi chat``
+checks the host without loading that layer (~15 ms of its start-up).
 
 The daemon is one per user and reads ``OLLAMA_HOST`` (and ``NAVI_EMBEDDING_HOST``) once, when
 it starts; a client started later with another ``OLLAMA_HOST`` does not change it. Such a
@@ -17,6 +17,8 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
+
+from navi_desktop.errors import InvalidInput
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 DEFAULT_PORT = 11434
@@ -46,7 +48,10 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
         port = 443
     elif scheme == "http":
         port = 80
-    split = urllib.parse.urlsplit(f"{scheme}://{rest}")
+    try:
+        split = urllib.parse.urlsplit(f"{scheme}://{rest}")
+    except ValueError as exc:  # "http://[::1": every way in checks first; this is the net
+        raise InvalidInput(f"{raw!r} is not a host: {exc}; use host:port or a URL") from exc
     name = split.hostname or "127.0.0.1"
     with contextlib.suppress(ValueError):  # a port that is not a number: keep the default
         port = split.port or port

@@ -226,6 +226,12 @@ CASES: list[tuple[str, Any, str]] = [
     ("rpc.subscribe", {"topics": [5]}, "topics"),
     ("ollama.pull", {"model": 5}, "model"),
     ("ollama.test", {"host": ["a"]}, "host"),
+    # Hosts the client cannot parse were "internal error"; a port past 65535 was dropped.
+    ("ollama.test", {"host": "http://[::1"}, "host"),
+    ("ollama.test", {"host": "http://[zz]:1"}, "host"),
+    ("ollama.models", {"host": "http://[::1"}, "host"),
+    ("ollama.test", {"host": "http://a:99999"}, "host"),
+    ("ollama.models", {"host": "http://a:-1"}, "host"),
 ]
 
 

@@ -34,6 +34,13 @@ def test_a_host_variable_that_is_no_host_is_set_aside_and_named(value: str) -> N
     assert "the chat host embeds instead" in embedding
 
 
+def test_a_host_that_cannot_be_parsed_is_one_clear_error_not_a_crash() -> None:
+    from navi_desktop.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"'http://\[::1' is not a host: .*host:port"):
+        resolve_host("http://[::1", environ={})
+
+
 def test_good_hosts_are_used_and_not_named() -> None:
     env = {"OLLAMA_HOST": "127.0.0.1:11500", "NAVI_EMBEDDING_HOST": "https://gpu.lan"}
     assert resolve_host(None, env) == "http://127.0.0.1:11500"

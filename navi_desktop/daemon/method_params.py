@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from navi_desktop.daemon.params import JsonValue, Params, Says, integer, text
+from navi_desktop.ollama_host import valid_host
 from navi_desktop.paths import PROFILE_PATTERN
 
 MAX_CHAT_TEXT = 100_000
@@ -26,7 +27,22 @@ SessionId = text(128, what="a session id")
 ChatText = text(MAX_CHAT_TEXT)
 Title = text(MAX_TITLE)
 MaybeTitle = text(MAX_TITLE, blank=True)  # blank: no title (or the default one)
-Host = text(2048, what="a host (URL or host:port)")
+
+
+def _host(value: str) -> str:
+    """The same check a saved setting gets: a host the ``ollama`` client could not parse
+    failed deep inside it ("internal error"), and a port past 65535 was quietly dropped."""
+    if (host := valid_host(value)) is None:
+        raise ValueError("not a host")
+    return host
+
+
+Host = Annotated[
+    str,
+    Field(min_length=1, max_length=2048),
+    AfterValidator(_host),
+    Says("a host: a URL like http://127.0.0.1:11434, or host:port"),
+]
 ModelName = text(256, what="a model name")
 Topic = text(64, what="a topic")
 Limit = integer(1, 1000)
