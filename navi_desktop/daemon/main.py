@@ -297,7 +297,9 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
             )
         try:
             call_sync(socket_path(paths), "rpc.ping", {}, timeout=1.0)
-            return proc.pid if proc.poll() is None else (lock_holder(paths) or proc.pid)
+            # The one that answered holds the lock: with starts racing, this child may be
+            # one about to find the lock taken and exit, so its pid is not the daemon's.
+            return lock_holder(paths) or proc.pid
         except DaemonUnavailable:
             time.sleep(0.05)
     if proc.poll() == ALREADY_RUNNING:  # and it never listened again
