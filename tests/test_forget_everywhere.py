@@ -264,7 +264,7 @@ async def test_a_reader_holding_the_file_delays_the_scrub_until_it_closes(tmp_pa
                     navi, environ, "memory", "--profile", "tester", "forget", str(memory_id), "-y"
                 )
                 assert forgot.returncode == 0, forgot.stderr
-                assert "another program is reading the memory file" in forgot.stdout
+                assert "the memory file is being read, by Navi itself" in forgot.stdout
                 stats = await asyncio.to_thread(
                     navi, environ, "memory", "--profile", "tester", "stats"
                 )

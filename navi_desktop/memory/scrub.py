@@ -35,7 +35,12 @@ PENDING_KEY = "pending_scrubs"
 BUSY_MS = 5000  # the connection's usual wait for a lock (db.py)
 FORGET_WAIT_MS = 2000  # how long a forget waits for readers before it leaves the scrub pending
 RETRY_WAIT_MS = 250  # each later attempt: short, it holds the store's lock meanwhile
-WAITING = "another program is reading the memory file (a backup, a database browser?)"
+# Who reads cannot be told from here: a long import or search of Navi's own holds old pages
+# as another program would (one that said "another program" sent users looking for one).
+WAITING = (
+    "the memory file is being read, by Navi itself (an import, a search) or another program"
+    " (a backup, a database browser?)"
+)
 UNFINISHED = "it did not finish (a full disk, or Navi stopped)"
 DISK_FULL = "the disk is full: free some space"
 DISK_ERROR = "the disk reported an error: check it (free space, `dmesg`)"
