@@ -4,13 +4,16 @@ needs root. Tests that need it are skipped with the reason otherwise."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import select
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,34 @@ needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or NOBODY_UID < 0,
     reason="needs root to act as a second user (nobody) through os.setuid",
 )
+
+
+def run_as_nobody(work: Callable[[], Any]) -> Any:
+    """``work()`` in a forked child whose uid is nobody's; its JSON result comes back, and
+    what escaped it fails the test. The child cannot read an interpreter's folder under
+    /root: the caller imports first what ``work`` needs."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY_GID)
+            os.setuid(NOBODY_UID)
+            out = {"result": work()}
+        except BaseException as exc:  # reported to the parent, which fails the test
+            out = {"error": f"{type(exc).__name__}: {exc}"}
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    data = b""
+    while chunk := os.read(read, 1 << 16):
+        data += chunk
+    os.close(read)
+    os.waitpid(pid, 0)
+    out = json.loads(data)
+    assert "error" not in out, out["error"]
+    return out["result"]
 
 
 def give_to_nobody(path: Path) -> None:

@@ -10,7 +10,6 @@ file and a folder without permission.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import sqlite3
@@ -27,6 +26,7 @@ from navi_desktop.errors import ProfileTooNew
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
 from tests.daemon_home import navi as run_navi
+from tests.nobody import run_as_nobody
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
 NOBODY = 65534
@@ -189,27 +189,7 @@ def _run_as_nobody(work: Callable[[], Any]) -> Any:
     import navi_desktop.llm.backend
     import navi_desktop.pipeline.maintenance  # noqa: F401
 
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(read)
-        try:
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            out = {"result": work()}
-        except BaseException as exc:  # reported to the parent, which fails the test
-            out = {"error": f"{type(exc).__name__}: {exc}"}
-        os.write(write, json.dumps(out).encode())
-        os._exit(0)
-    os.close(write)
-    data = b""
-    while chunk := os.read(read, 1 << 16):
-        data += chunk
-    os.close(read)
-    os.waitpid(pid, 0)
-    out = json.loads(data)
-    assert "error" not in out, out["error"]
-    return out["result"]
+    return run_as_nobody(work)
 
 
 @pytest.mark.parametrize("what", ["file", "folder"])

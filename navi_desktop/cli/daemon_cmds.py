@@ -266,9 +266,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
             " ones)",
             file=sys.stderr,
         )
+    if result.get("cancelled"):  # `navi daemon stop`, SIGTERM, or another client's cancel
+        kept = " (what came is kept in the session)" if result.get("reply_message_id") else ""
+        error(f"the reply was stopped before its end{kept}")
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
-    return 0
+    return 1 if result.get("cancelled") else 0  # a partial reply is not a whole one
 
 
 def _read_stdin() -> str | None:

@@ -3,16 +3,19 @@
 Startup cost matters: this module and the command modules import only the standard library at
 import time; each command imports the memory engine (numpy, aiosqlite, SQLite) when it runs.
 
-Exit codes: 0 success; 1 a failure not caused by the input (Ollama down, disk, lock) or a
-declined prompt; 2 bad input (usage, unknown id, invalid file, corrupt profile file, a second
-daemon); 130 interrupted.
+Exit codes: 0 success; 1 a failure not caused by the input (Ollama down, disk, lock, a file
+or folder the OS refuses, a chat reply stopped before its end) or a declined prompt; 2 bad
+input (usage, unknown id, invalid file, corrupt profile file, a second daemon); 130
+interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
+from pathlib import Path
 
 from navi_desktop import __version__
 from navi_desktop.cli.output import bytes_through, error
@@ -122,6 +125,34 @@ def _warn_config() -> None:
         print(f"navi: warning: {problem}", file=sys.stderr)
 
 
+def os_error_line(err: OSError) -> str:
+    """One line for an OS error that no command turned into its own: the path, the reason,
+    and what to do (for a permission, the folder that refuses and the chmod that opens it)."""
+    if err.strerror:
+        reason = err.strerror[:1].lower() + err.strerror[1:]
+    else:
+        timed_out = isinstance(err, TimeoutError)
+        reason = str(err) or ("it timed out" if timed_out else type(err).__name__)
+    if not isinstance(err.filename, str | bytes):  # not about a path (a socket, a timeout)
+        return f"an operation failed: {reason}; try again"
+    path = Path(os.fsdecode(err.filename)).absolute()
+    if err.errno in (errno.EACCES, errno.EPERM):
+        folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), None)
+        if folder is not None:  # a folder on the way cannot be searched
+            which = "its folder" if folder == path.parent else "the folder"
+            return (
+                f"cannot use {path}: {reason} on {which} {folder}: give your user access to"
+                f" it (e.g. `chmod u+rwx {folder}`), then try again"
+            )
+        return (
+            f"cannot use {path}: {reason}: give your user access to it (e.g. `chmod u+rw"
+            f" {path}`), then try again"
+        )
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"cannot use {path}: {reason}: free some space, then try again"
+    return f"cannot use {path}: {reason}: check that path, then try again"
+
+
 def run(argv: list[str] | None = None) -> int:
     """Run ``navi`` with these arguments; returns the exit code (never raises SystemExit)."""
     argv = sys.argv[1:] if argv is None else argv
@@ -163,4 +194,7 @@ def run(argv: list[str] | None = None) -> int:
             os.dup2(devnull, sys.stdout.fileno())
         except (OSError, ValueError):
             pass
+        return 1
+    except OSError as err:  # a net under every command: one line, never a traceback
+        error(os_error_line(err))
         return 1

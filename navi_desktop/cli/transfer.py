@@ -39,6 +39,11 @@ def register(command: Any) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     import json
 
+    if args.output == "":  # Path("") is ".": it was refused as "cannot write : it is a folder"
+        raise InvalidInput(
+            "the output path is empty (-o ''): give the file to write, as in -o memories.json,"
+            " or leave -o out to print the export"
+        )
     to_stdout = args.output in (None, "-")
     if wants_json(args) and to_stdout and args.format != "json":
         raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
@@ -181,7 +186,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"Sessions    {stats['sessions']} ({stats['messages']} messages)")
     print(f"Forgotten   {stats['tombstones']} (tombstones)")
     for scrub in stats.get("pending_scrubs") or []:
-        ids = ", ".join(f"#{i}" for i in scrub["ids"])
+        ids = ", ".join(f"#{i}" for i in scrub["ids"]) or "a deleted session"
         print(f"Scrubbing   {ids}: waiting since {scrub['since'][:19]}Z: {scrub['reason']}")
     print(f"Entities    {stats['entities']}")
     rated = stats.get("rated_replies") or {}

@@ -19,14 +19,15 @@ import errno
 import os
 import re
 import secrets
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlean
 
-from navi_desktop.errors import DiskFull, InvalidInput, NaviError
-from navi_desktop.memory.failures import free_bytes, megabytes, translate
+from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileUnreadable
+from navi_desktop.memory.failures import free_bytes, megabytes, translate, unreadable
 from navi_desktop.memory.filecheck import Identity, read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
@@ -98,6 +99,32 @@ def latest_backup(db_path: Path) -> Path | None:
     return found[0] if found else None
 
 
+def unreachable(path: Path) -> ProfileUnreadable:
+    """The error for a file hidden by a folder above it that the user cannot search: the
+    first such folder on the way down is named, with the chmod that opens it."""
+    path = Path(path).absolute()
+    folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), path.parent)
+    if folder == path.parent:
+        return unreadable(path, f"permission denied on its folder {folder}")
+    error = ProfileUnreadable(
+        f"cannot use {path}: permission denied on the folder {folder}; it was left untouched:"
+        f" give your user access to that folder (e.g. `chmod u+rwx {folder}`)"
+    )
+    error.what = f"permission denied on the folder {folder}"  # type: ignore[attr-defined]
+    return error
+
+
+def is_file(path: Path) -> bool:
+    """``path.is_file()``, but a folder above it that the user cannot search is said (pathlib
+    raises a bare PermissionError for it: a traceback in `navi memory doctor` and `backup`)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except PermissionError:
+        raise unreachable(path) from None
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def make_backup(
     db_path: Path,
     target: Path | None = None,
@@ -110,7 +137,7 @@ def make_backup(
     it), by default a new file in its backups folder. A thread's work (blocking). ``expect``:
     the file the daemon has open, which must be the one copied (filecheck.check_opened)."""
     db_path = Path(db_path)
-    if not db_path.is_file():
+    if not is_file(db_path):
         raise InvalidInput(f"no memory file at {db_path}: nothing to back up")
     target = Path(target) if target is not None else None
     folder = backups_dir(db_path) if target is None else target.parent

@@ -21,7 +21,7 @@ import sqlean
 
 from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
-from navi_desktop.memory.backup import list_backups
+from navi_desktop.memory.backup import list_backups, unreachable
 from navi_desktop.memory.failures import free_bytes, megabytes, profile_option
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, read_only, wal_path
 from navi_desktop.memory.migrations import MIGRATIONS, schema_version
@@ -91,7 +91,11 @@ def examine(path: Path) -> Report:
     """Check the file at ``path`` (a thread's work: the integrity check reads all of it)."""
     path = Path(path)
     report = Report(path, backups=list_backups(path))
-    if not path.exists() and not path.is_symlink():
+    try:
+        os.lstat(path)
+    except PermissionError:  # a folder above it cannot be searched: nothing here can be checked
+        raise unreachable(path) from None
+    except (FileNotFoundError, NotADirectoryError):
         report.add("file", PROBLEM, f"no memory file at {path}", "check the profile's name")
         return report
     truncated = False
