@@ -160,12 +160,22 @@ def cmd_daemon_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_daemon_status(args: argparse.Namespace) -> int:
-    from navi_desktop.daemon.client import DaemonUnavailable
-    from navi_desktop.daemon.main import call_when_back, socket_path
+    from navi_desktop.daemon.client import DaemonUnavailable, RpcTimeout
+    from navi_desktop.daemon.main import call_when_back, lock_holder, socket_path
 
     sock = socket_path(_paths())
     try:
         status = call_when_back(_paths(), "daemon.status", {}, timeout=15.0)
+    except RpcTimeout:  # it runs (it took the call) but does not answer: not "not running"
+        pid = lock_holder(_paths())
+        if args.json:
+            emit_json({"running": True, "answering": False, "pid": pid, "socket": str(sock)})
+        else:
+            print(
+                f"running      pid {pid}, but not answering within 15 s: busy (a large import)"
+                f" or stopped (`kill -CONT {pid}` resumes it)"
+            )
+        return 4
     except DaemonUnavailable:
         if args.json:
             emit_json({"running": False, "socket": str(sock)})

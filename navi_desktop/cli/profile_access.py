@@ -53,10 +53,28 @@ async def running_daemon(paths: Any) -> Any:
     if os.environ.get("NAVI_DAEMON", "on") == "off":
         return None
     try:
-        return await connect(paths, timeout=2.0)
+        client = await connect(paths, timeout=2.0)
     except NaviError as exc:
         print(f"navi: {exc}; using the memory file directly", file=sys.stderr)
         return None
+    client.on_slow = lambda method: still_waiting(paths, client.slow_after)
+    return client
+
+
+def still_waiting(paths: Any, seconds: float) -> None:
+    """Said once when the daemon takes long: a stopped one (SIGSTOP) left the command silent
+    for as long as it stayed stopped."""
+    from navi_desktop.daemon.main import lock_holder
+
+    pid = lock_holder(paths)
+    who = f"the daemon (pid {pid})" if pid else "the daemon"
+    resume = f" or stopped (`kill -CONT {pid}` resumes it)" if pid else ""
+    print(
+        f"navi: still waiting for {who} after {seconds:.0f} s: it may be busy (a large"
+        f" import){resume}; Ctrl+C stops waiting",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def embedder_choice() -> str:

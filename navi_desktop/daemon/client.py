@@ -12,7 +12,7 @@ import contextlib
 import itertools
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -133,6 +133,10 @@ class DaemonClient:
         # Control characters in every string read are replaced (terminal_text.safe_data),
         # for a client that shows what it reads on a terminal (the app).
         self.safe_text = False
+        # Told once when a call without a time limit has waited ``slow_after`` seconds (the
+        # CLI says so: a daemon stopped with SIGSTOP, or busy, is otherwise silence).
+        self.on_slow: Callable[[str], None] | None = None
+        self.slow_after = 10.0
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
@@ -197,6 +201,13 @@ class DaemonClient:
         try:
             await self._send(data)
             if timeout is None:
+                if self.on_slow is not None:
+                    try:
+                        async with asyncio.timeout(self.slow_after):
+                            return await asyncio.shield(future)
+                    except TimeoutError:
+                        on_slow, self.on_slow = self.on_slow, None  # once per client
+                        on_slow(method)
                 return await future
             try:
                 async with asyncio.timeout(timeout):

@@ -1,0 +1,51 @@
+"""A daemon that runs but does not answer (stopped with SIGSTOP, or busy): `navi daemon
+status` said "not running" (exit 3), which a script could take as leave to start another,
+and a memory command waited in silence for as long as it stayed stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tests.daemon_home import navi_home
+
+
+def test_status_of_a_daemon_that_does_not_answer_says_it_runs() -> None:
+    with navi_home() as h:
+        pid = h.start()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            done = h.navi("daemon", "status")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert done.returncode == 4, (done.stdout, done.stderr)
+        assert done.stdout.startswith(f"running      pid {pid}, but not answering within 15 s")
+        assert f"kill -CONT {pid}" in done.stdout
+        assert h.navi("daemon", "status").returncode == 0  # resumed: answers again
+
+
+def test_a_command_waiting_on_a_stopped_daemon_says_so_and_goes_on() -> None:
+    with navi_home() as h:
+        pid = h.start()
+        assert h.navi("memory", "add", "likes tea").returncode == 0
+        os.kill(pid, signal.SIGSTOP)
+        listing = subprocess.Popen(
+            [sys.executable, "-m", "navi_desktop", "memory", "list"],
+            env=h.environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            time.sleep(12)  # past the 10 s after which it is said
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        out, err = listing.communicate(timeout=60)
+        assert listing.returncode == 0 and "likes tea" in out
+        assert err.strip() == (
+            f"navi: still waiting for the daemon (pid {pid}) after 10 s: it may be busy (a large"
+            f" import) or stopped (`kill -CONT {pid}` resumes it); Ctrl+C stops waiting"
+        )
