@@ -579,6 +579,14 @@ async def test_malformed_replies_and_malformed_requests(fake, backend):
     with pytest.raises(OllamaError) as err:
         await backend.complete_json("llama3.2", USER, FACTS_SCHEMA)
     assert "malformed reply" in assert_one_line(err.value)
+    # A field of the wrong type is named in words, with the fix; never pydantic's own dump.
+    fake.script(Reply(raw={"model": "llama3.2", "message": {"role": "assistant", "content": 123}}))
+    with pytest.raises(OllamaError) as err:
+        await backend.complete_json("llama3.2", USER, FACTS_SCHEMA)
+    said = assert_one_line(err.value)
+    assert "(message.content: Input should be a valid string)" in said
+    assert said.endswith("is it an Ollama server, and up to date?")
+    assert "validation error" not in said and "type=" not in said
     # The caller's own malformed message is a bug, not a server problem.
     with pytest.raises(ValueError) as bug:
         await backend.complete_json("llama3.2", [{"role": 5}], FACTS_SCHEMA)

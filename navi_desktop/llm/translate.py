@@ -4,6 +4,7 @@ that imports ``ollama``, hands over its error class.)"""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from types import TracebackType
 from typing import Any, Protocol
@@ -84,13 +85,27 @@ def translate(
     if isinstance(exc, ValueError) and getattr(exc, "title", "Response").endswith("Response"):
         # A reply that is not JSON or lacks required fields. (A pydantic error about any
         # other model, e.g. Message, is the caller's own malformed input: a bug.)
-        detail = one_line(str(exc), 120)
-        return OllamaError(f"Ollama at {host} sent a malformed reply to {operation}: {detail}")
+        return OllamaError(
+            f"Ollama at {host} sent a malformed reply to {operation} ({_malformed(exc)})"
+            " — is it an Ollama server, and up to date?"
+        )
     if isinstance(exc, RecursionError):  # the client parsing a reply nested without end
         return OllamaError(
             f"Ollama at {host} sent a malformed reply to {operation}: JSON nested too deeply"
         )
     return None
+
+
+def _malformed(exc: ValueError) -> str:
+    """What was wrong in the reply, in words: a field and its problem, not pydantic's dump
+    ("1 validation error for ChatResponse ... [type=string_type, input_value=123, ...")."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        with contextlib.suppress(Exception):
+            first = errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first.get("loc", ())) or "the reply"
+            return one_line(f"{where}: {first.get('msg', 'not valid')}", 120)
+    return one_line(str(exc), 120)
 
 
 def _server_error(exc: Any, where: Where, operation: str, model: str | None) -> LLMError:
