@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.cli.main import CommandError
 from navi_desktop.cli.output import emit_json, human_size
 from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
@@ -77,6 +78,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
+    from navi_desktop.daemon.client import DaemonUnavailable
     from navi_desktop.daemon.memory_api import RemoteMemory
     from navi_desktop.memory.export_file import (
         MAX_IMPORT_BYTES,
@@ -112,7 +114,13 @@ def cmd_import(args: argparse.Namespace) -> int:
         with spooled(raw) as spool:  # piped in: kept in a private file meanwhile
             return await store.import_file(spool)
 
-    report = with_store(args, work)
+    try:
+        report = with_store(args, work)
+    except DaemonUnavailable as exc:  # it went away mid-import: say what became of it
+        raise CommandError(
+            f"{exc} during the import: an import is saved whole or not at all, so run it"
+            " again (what it already saved is skipped)"
+        ) from exc
     if wants_json(args):
         emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
     else:
