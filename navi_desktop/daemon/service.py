@@ -33,6 +33,7 @@ from navi_desktop.daemon.session_methods import SessionMethods
 from navi_desktop.errors import NaviError, StorageUnavailable
 from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
+from navi_desktop.memory.db import close_left
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.ollama_host import env_host_problems
 from navi_desktop.paths import Paths, check_profile_name
@@ -343,6 +344,8 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         for what, result in zip(closes, results, strict=True):
             if isinstance(result, Exception):
                 log.warning("%s not closed cleanly: %s", what, result)
+        if left := await close_left(self.paths.data, self.paths.runtime):  # or it runs on
+            log.warning("closed files nothing else had closed: %s", ", ".join(map(str, left)))
 
     # -- RPC methods -------------------------------------------------------------------------
 

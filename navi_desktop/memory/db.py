@@ -36,6 +36,26 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# Every file open in this process. Each connection has a thread of its own that keeps the
+# process from exiting until it is closed: a stop closes what nothing else did (close_left).
+OPEN: set[Database] = set()
+
+
+async def close_left(*folders: Path) -> list[Path]:
+    """Close the files still open under ``folders``, and return their paths: ones a call had
+    opened when it went away, which left a stopped daemon running, holding the file, for
+    good. (Under its folders only: a test may run a daemon beside files of its own.)"""
+    left = [db for db in OPEN if any(db.path.is_relative_to(f) for f in folders)]
+    for db in left:
+        try:
+            await db.close()
+        except Exception:  # closing what is left must not stop the rest closing
+            OPEN.discard(db)
+            with contextlib.suppress(Exception):
+                await db.conn.close()
+    return [db.path for db in left]
+
+
 class Database:
     """One aiosqlite connection and a lock: a batch of writes is one uninterrupted transaction."""
 
@@ -71,6 +91,7 @@ class Database:
         self._readers = ReadPool(path, self._identity)
         self._gone: ProfileMoved | None = None
         self._closed = False
+        OPEN.add(self)
         # The log and its index this connection has open (note_log_files), by identity.
         self.log_files: dict[Path, tuple[int, int] | None] = {}
         # Commits made through this connection: none means read-only use (incognito).
@@ -235,6 +256,7 @@ class Database:
             except DbError:
                 pass
             await self.conn.close()
+            OPEN.discard(self)
 
     async def settle(self) -> None:
         """Take no more work, and wait for what runs beside the connection (a checkpoint, the
