@@ -80,9 +80,8 @@ class Locked:
         assert f"permission denied on its folder {self.folder}" in line, line
         assert f"`chmod u+rwx {self.folder}`" in line, line
         assert out == ""
-        # doctor: the profile's file cannot be used, as `memory list` says (2); backup: not
-        # done for a reason outside the input (1)
-        assert code == (2 if name.startswith("doctor") else 1), (code, line)
+        # the profile's file cannot be used, as `memory list` says (2)
+        assert code == 2, (code, line)
         self.unlock()
         assert sorted(os.listdir(self.folder)) == self.before  # no backup, no recovered file
         assert os.listdir(self.out) == []
@@ -235,3 +234,15 @@ def test_export_to_an_empty_path_says_the_path_is_empty(cli, home, option: list[
         " -o memories.json, or leave -o out to print the export"
     )
     assert sorted(p.name for p in Path.cwd().iterdir()) == before
+
+
+def test_a_backup_to_an_empty_path_says_the_path_is_empty(cli, home) -> None:
+    """Before, ``--to ''`` (a script's empty variable) quietly meant the default place."""
+    assert cli("add", "likes tea")[0] == 0
+    code, out, err = cli("backup", "--to", "")
+    assert code == 2 and out == "", (code, out, err)
+    assert err.strip() == (
+        "navi: the backup's path is empty (--to ''): give a file or folder, or leave --to out"
+        " for the profile's backups folder"
+    )
+    assert not list(home.rglob("backups/*.db"))  # nothing was written

@@ -131,10 +131,15 @@ def _recover(args: argparse.Namespace, report: Any) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    from navi_desktop.memory.backup import make_backup
+    from navi_desktop.memory.backup import is_file, make_backup
 
+    if args.to == "":  # not "the default place": a script's empty variable, said as such
+        raise InvalidInput(
+            "the backup's path is empty (--to ''): give a file or folder, or leave --to out"
+            " for the profile's backups folder"
+        )
     path = _db_path(args)
-    if not path.is_file():
+    if not is_file(path):  # a folder on the way the user cannot search is said, with the fix
         raise InvalidInput(f"no memory file at {path}: nothing to back up")
     target = Path(args.to).expanduser() if args.to else None
     result = make_backup(path, target)
