@@ -49,3 +49,37 @@ def test_a_command_waiting_on_a_stopped_daemon_says_so_and_goes_on() -> None:
             f"navi: still waiting for the daemon (pid {pid}) after 10 s: it may be busy (a large"
             f" import) or stopped (`kill -CONT {pid}` resumes it); Ctrl+C stops waiting"
         )
+
+
+def test_status_during_a_long_import_answers_and_names_the_busy_profile(tmp_path) -> None:
+    """Its count of waiting sessions read the profile's file behind the import's write, and
+    took past the client's 15 s, which then said "not running"."""
+    import json
+
+    export = tmp_path / "big.json"
+    memories = [
+        {"id": i, "kind": "fact", "value": f"note {i} " + "x" * 200} for i in range(1, 20_001)
+    ]
+    export.write_text(json.dumps({"format": "navi-memory", "version": 1, "memories": memories}))
+    with navi_home() as h:
+        h.start()
+        assert h.navi("memory", "add", "likes tea").returncode == 0  # the profile is open
+        importing = subprocess.Popen(
+            [sys.executable, "-m", "navi_desktop", "memory", "import", str(export)],
+            env=h.environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            time.sleep(2)  # well into it (20,000 memories take ~10 s here)
+            assert importing.poll() is None
+            started = time.monotonic()
+            status = h.navi("daemon", "status")
+            took = time.monotonic() - started
+        finally:
+            out, err = importing.communicate(timeout=120)
+        assert status.returncode == 0, (status.stdout, status.stderr)
+        assert took < 10, took
+        assert "busy         tester: writing (an import?), not counted above" in status.stdout
+        assert importing.returncode == 0, err

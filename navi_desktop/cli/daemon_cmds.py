@@ -201,6 +201,8 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         f"sessions     {status['open_sessions']} open,"
         f" {status['pending_extractions']} waiting to be processed"
     )
+    if busy := status.get("busy_profiles"):
+        print(f"busy         {', '.join(busy)}: writing (an import?), not counted above")
     for end in status.get("extracting") or []:
         where = f"chunk {end['chunk']} of {end['chunks']}" if end["chunks"] else "starting"
         if end["waiting"]:

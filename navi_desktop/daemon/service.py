@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
@@ -23,13 +22,13 @@ from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.empty_profile import EmptyProfile
-from navi_desktop.daemon.main import OLLAMA_CHECK_S
-from navi_desktop.daemon.memory_methods import MemoryMethods, embedding_problem
+from navi_desktop.daemon.memory_methods import MemoryMethods
 from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
 from navi_desktop.daemon.profiles import ProfileErrors
 from navi_desktop.daemon.remote import RemoteProfiles
 from navi_desktop.daemon.session_methods import SessionMethods
+from navi_desktop.daemon.status import daemon_status
 from navi_desktop.errors import NaviError, StorageUnavailable
 from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
@@ -377,40 +376,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
 
     @takes(mp.NoParams)
     async def status(self, params: mp.NoParams, peer: Any) -> dict[str, Any]:
-        # The status line asks after every turn: the monitor's last check answers it.
-        health = await self.ollama_health(max_age_s=OLLAMA_CHECK_S)
-        embedding = await self.ollama.embedding_health(OLLAMA_CHECK_S)
-        pending, reason = 0, None
-        for store in list(self._stores.values()):  # one may open meanwhile
-            try:
-                n, r = await store.pending_status()
-            except NaviError:  # that profile's trouble: its own calls say what it is
-                continue
-            pending += n
-            reason = reason or r
-        return {
-            "pid": os.getpid(),
-            "uptime_s": round(time.monotonic() - self.started, 1),
-            "ollama": ollama_api.health_result(health),
-            # A separate embedding host's state; None when the chat host embeds.
-            "embedding_ollama": None if embedding is None else ollama_api.health_result(embedding),
-            "chat_model": self.settings.ollama.chat_model,
-            "embedding_model": self.settings.ollama.embedding_model,
-            "open_sessions": len(self._timers) + len(self._incognito),
-            "pending_extractions": pending,
-            "extracting": self.ends.status(),
-            "last_failure": reason,
-            "embedding_problems": {  # a model's garbage left texts without vectors
-                name: problem
-                for name, store in list(self._stores.items())
-                if (problem := embedding_problem(store))
-            },
-            "profiles": self.profiles,
-            "memory_server": self.remote.shown_server(),
-            "profile_errors": self.profile_errors.to_dict() | await self.remote.errors(),
-            "config_errors": self.config_errors,
-            "env_errors": self.env_errors,
-        }
+        return await daemon_status(self)
 
 
 async def _settle(tasks: Collection[asyncio.Future[Any]]) -> None:
