@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -38,6 +39,15 @@ def navi(
     )
 
 
+def write_export(path: Path, count: int) -> Path:
+    """An export of ``count`` facts (~250 bytes each): a long import, to act during."""
+    memories = [
+        {"id": i, "kind": "fact", "value": f"note {i} " + "x" * 200} for i in range(1, count + 1)
+    ]
+    path.write_text(json.dumps({"format": "navi-memory", "version": 1, "memories": memories}))
+    return path
+
+
 class Home:
     """A NAVI_HOME, the environment for ``navi`` subprocesses, and the fake Ollama."""
 
@@ -56,6 +66,16 @@ class Home:
 
     def navi(self, *args: str, environ: dict[str, str] | None = None) -> Any:
         return navi(environ or self.environ, *args)
+
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """``navi *args`` started, not waited for; its output captured as text."""
+        return subprocess.Popen(
+            [sys.executable, "-m", "navi_desktop", *args],
+            env=self.environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def start(self) -> int:
         started = self.navi("daemon", "start")

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
-from tests.daemon_home import navi_home
+from tests.daemon_home import navi_home, write_export
 
 
 def test_status_of_a_daemon_that_does_not_answer_says_it_runs() -> None:
@@ -32,13 +30,7 @@ def test_a_command_waiting_on_a_stopped_daemon_says_so_and_goes_on() -> None:
         pid = h.start()
         assert h.navi("memory", "add", "likes tea").returncode == 0
         os.kill(pid, signal.SIGSTOP)
-        listing = subprocess.Popen(
-            [sys.executable, "-m", "navi_desktop", "memory", "list"],
-            env=h.environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        listing = h.popen("memory", "list")
         try:
             time.sleep(12)  # past the 10 s after which it is said
         finally:
@@ -54,23 +46,11 @@ def test_a_command_waiting_on_a_stopped_daemon_says_so_and_goes_on() -> None:
 def test_status_during_a_long_import_answers_and_names_the_busy_profile(tmp_path) -> None:
     """Its count of waiting sessions read the profile's file behind the import's write, and
     took past the client's 15 s, which then said "not running"."""
-    import json
-
-    export = tmp_path / "big.json"
-    memories = [
-        {"id": i, "kind": "fact", "value": f"note {i} " + "x" * 200} for i in range(1, 20_001)
-    ]
-    export.write_text(json.dumps({"format": "navi-memory", "version": 1, "memories": memories}))
+    export = write_export(tmp_path / "big.json", 20_000)
     with navi_home() as h:
         h.start()
         assert h.navi("memory", "add", "likes tea").returncode == 0  # the profile is open
-        importing = subprocess.Popen(
-            [sys.executable, "-m", "navi_desktop", "memory", "import", str(export)],
-            env=h.environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        importing = h.popen("memory", "import", str(export))
         try:
             time.sleep(2)  # well into it (20,000 memories take ~10 s here)
             assert importing.poll() is None
@@ -78,7 +58,7 @@ def test_status_during_a_long_import_answers_and_names_the_busy_profile(tmp_path
             status = h.navi("daemon", "status")
             took = time.monotonic() - started
         finally:
-            out, err = importing.communicate(timeout=120)
+            _, err = importing.communicate(timeout=120)
         assert status.returncode == 0, (status.stdout, status.stderr)
         assert took < 10, took
         assert "busy         tester: writing (an import?), not counted above" in status.stdout

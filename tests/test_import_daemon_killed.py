@@ -7,35 +7,17 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
-from tests.daemon_home import navi_home
+from tests.daemon_home import navi_home, write_export
 
 
 def test_an_import_cut_short_by_the_daemons_death_says_what_became_of_it(tmp_path: Path) -> None:
-    export = tmp_path / "big.json"
-    memories = [
-        {
-            "id": i,
-            "kind": "fact",
-            "value": f"note {i} " + "x" * 200,
-            "created_at": f"2026-01-01T00:00:{i % 60:02d}Z",
-        }
-        for i in range(1, 40_001)
-    ]
-    export.write_text(json.dumps({"format": "navi-memory", "version": 1, "memories": memories}))
+    export = write_export(tmp_path / "big.json", 40_000)
     with navi_home() as h:
         pid = h.start()
-        importing = subprocess.Popen(
-            [sys.executable, "-m", "navi_desktop", "memory", "import", str(export)],
-            env=h.environ,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        importing = h.popen("memory", "import", str(export))
         time.sleep(3)  # well into it (40,000 memories take ~15 s here)
         assert importing.poll() is None, importing.communicate()
         os.kill(pid, signal.SIGKILL)
