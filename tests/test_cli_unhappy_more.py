@@ -37,6 +37,10 @@ COMMANDS = {
     "doctor --recover": ["doctor", "--recover"],
     "backup": ["backup"],
     "backup --to": ["backup", "--to", "{out}"],
+    # These said so before, but named memory.db-wal, and the wrong folder when a higher one
+    # was the locked one.
+    "list": ["list"],
+    "export": ["export"],
 }
 # Without these capabilities root meets the mode bits as any other user does.
 DROP_DAC = "-dac_override,-dac_read_search"

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import sqlean
 
-from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileUnreadable
-from navi_desktop.memory.failures import free_bytes, megabytes, translate, unreadable
+from navi_desktop.errors import DiskFull, InvalidInput, NaviError
+from navi_desktop.memory.failures import free_bytes, megabytes, translate, unreachable
 from navi_desktop.memory.filecheck import Identity, read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
@@ -97,21 +97,6 @@ def list_backups(db_path: Path, kind: str | None = None, *, now: float | None = 
 def latest_backup(db_path: Path) -> Path | None:
     found = list_backups(db_path)
     return found[0] if found else None
-
-
-def unreachable(path: Path) -> ProfileUnreadable:
-    """The error for a file hidden by a folder above it that the user cannot search: the
-    first such folder on the way down is named, with the chmod that opens it."""
-    path = Path(path).absolute()
-    folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), path.parent)
-    if folder == path.parent:
-        return unreadable(path, f"permission denied on its folder {folder}")
-    error = ProfileUnreadable(
-        f"cannot use {path}: permission denied on the folder {folder}; it was left untouched:"
-        f" give your user access to that folder (e.g. `chmod u+rwx {folder}`)"
-    )
-    error.what = f"permission denied on the folder {folder}"  # type: ignore[attr-defined]
-    return error
 
 
 def is_file(path: Path) -> bool:

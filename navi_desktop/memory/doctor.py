@@ -21,8 +21,8 @@ import sqlean
 
 from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
-from navi_desktop.memory.backup import list_backups, unreachable
-from navi_desktop.memory.failures import free_bytes, megabytes, profile_option
+from navi_desktop.memory.backup import list_backups
+from navi_desktop.memory.failures import free_bytes, megabytes, profile_option, unreachable
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, read_only, wal_path
 from navi_desktop.memory.migrations import MIGRATIONS, schema_version
 

@@ -120,6 +120,21 @@ def unreadable(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def unreachable(path: Path) -> ProfileUnreadable:
+    """The error for a file hidden by a folder above it that the user cannot search: the
+    first such folder on the way down is named, with the chmod that opens it."""
+    path = Path(path).absolute()
+    folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), path.parent)
+    if folder == path.parent:
+        return unreadable(path, f"permission denied on its folder {folder}")
+    error = ProfileUnreadable(
+        f"cannot use {path}: permission denied on the folder {folder}; it was left untouched:"
+        f" give your user access to that folder (e.g. `chmod u+rwx {folder}`)"
+    )
+    error.what = f"permission denied on the folder {folder}"  # type: ignore[attr-defined]
+    return error
+
+
 def not_a_file(path: Path, reason: str) -> ProfileUnreadable:
     """Something other than a file where the profile's files go: no permission would help."""
     path = Path(path)

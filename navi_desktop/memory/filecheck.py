@@ -25,6 +25,7 @@ from navi_desktop.memory.failures import (
     os_failure,
     read_only_fs,
     translate,
+    unreachable,
     unreadable,
 )
 
@@ -68,7 +69,7 @@ def check_file(path: Path) -> int:
     except FileNotFoundError:
         return 0
     except PermissionError:
-        raise unreadable(path, f"permission denied on its folder {path.parent}") from None
+        raise unreachable(path) from None
     except OSError as exc:
         raise os_failure(exc, path) from exc
     if stat.S_ISDIR(st.st_mode):
@@ -115,6 +116,8 @@ def _check_companions(path: Path) -> None:
             mode = os.lstat(side).st_mode
         except (FileNotFoundError, NotADirectoryError):
             continue
+        except PermissionError:  # a folder on the way: the memory file is what the user named
+            raise unreachable(path) from None
         except OSError as exc:
             raise os_failure(exc, side) from exc
         if not stat.S_ISREG(mode):
