@@ -85,3 +85,23 @@ async def test_navi_sessions_delete_through_the_daemon_leaves_no_copy(tmp_path: 
         assert secret not in str(listed)
     finally:
         await daemon.stop()
+
+
+async def test_a_forget_beside_a_deletes_unfinished_copies_works_and_both_finish(
+    tmp_path: Path,
+) -> None:
+    """The copies' notes of a forget and of a session delete share one list: a forget that
+    read every note as a forget's (by its ids) failed while a delete's note waited."""
+    path = tmp_path / "memory.db"
+    secret = await a_profile_with_a_secret_session(path)
+    await asyncio.to_thread(make_backup, path)
+    (backup,) = list_backups(path)
+    cut_short(path, "delete_session", secret, "_delete_in_copies")
+    async with await MemoryStore.open(path) as store:
+        tea = (await store.list_memories())[0][0]
+        report = await store.forget(tea.id)
+        assert report.forgotten == [tea.id] and report.backups == 1
+        assert [p.get("session") for p in await store.copy_scrubs_pending()] == [secret]
+        await finish_scrubs(store)
+        assert await store.copy_scrubs_pending() == []
+    assert not holds(backup, SECRET) and not holds(backup, "likes tea")

@@ -42,7 +42,7 @@ class CopyScrubOps:
 
     async def _note_copies_pending(self: MemoryStore, ids: list[int], scope: str) -> None:
         """Inside the forget's transaction: the copies owe this forget until done."""
-        pending = [p for p in await self._copies_pending() if p["ids"] != ids]
+        pending = [p for p in await self._copies_pending() if p.get("ids") != ids]
         pending.append({"ids": ids, "scope": scope, "since": now_iso()})
         await self._set_meta(COPIES_KEY, json.dumps(pending))
 
@@ -82,12 +82,17 @@ class CopyScrubOps:
             except (NaviError, DbError, OSError) as exc:
                 log.warning("backup %s not scrubbed: %s", path, exc)
                 report.unscrubbed.append(f"{path}: {exc}")
+        await self._clear_copy_note("ids", ids)
+
+    async def _clear_copy_note(self: MemoryStore, field: str, value: Any) -> None:
+        """The copies' note whose ``field`` (a forget's ``ids``, a delete's ``session``) is
+        ``value`` is done. Notes of both kinds share the list: each is read by its own field."""
         try:
             async with self.db.transaction():
-                left = [p for p in await self._copies_pending() if p["ids"] != ids]
+                left = [p for p in await self._copies_pending() if p.get(field) != value]
                 await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
-        except (DiskFull, DiskError) as exc:  # the forget is saved: the note stays, the
-            log.warning("forget's note kept for a retry: %s", exc)  # retry finds no more
+        except (DiskFull, DiskError) as exc:  # the change is saved: the note stays, and its
+            log.warning("the copies' note kept for a retry: %s", exc)  # retry finds no more
 
     async def _copies(self: MemoryStore) -> list[Path]:
         """The profile's copies: its backups and any file a restore kept aside."""
@@ -138,12 +143,7 @@ class CopyScrubOps:
                     await copy.close()
             except (NaviError, DbError, OSError) as exc:
                 log.warning("backup %s keeps a deleted session: %s", path, exc)
-        try:
-            async with self.db.transaction():
-                left = [p for p in await self._copies_pending() if p.get("session") != session_id]
-                await self._set_meta(COPIES_KEY, json.dumps(left) if left else None)
-        except (DiskFull, DiskError) as exc:  # the delete is saved: the note stays for a retry
-            log.warning("delete's note kept for a retry: %s", exc)
+        await self._clear_copy_note("session", session_id)
 
     async def _scrub_copy(
         self: MemoryStore, path: Path, ids: list[int], needles: Needles | None, scope: str
