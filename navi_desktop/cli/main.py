@@ -135,10 +135,11 @@ def os_error_line(err: OSError) -> str:
         reason = str(err) or ("it timed out" if timed_out else type(err).__name__)
     if not isinstance(err.filename, str | bytes):  # not about a path (a socket, a timeout)
         return f"an operation failed: {reason}; try again"
+    from navi_desktop.memory.failures import refusing_folder  # standard library and errors
+
     path = Path(os.fsdecode(err.filename)).absolute()
     if err.errno in (errno.EACCES, errno.EPERM):
-        folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), None)
-        if folder is not None:  # a folder on the way cannot be searched
+        if (folder := refusing_folder(path)) is not None:  # a folder on the way cannot be searched
             which = "its folder" if folder == path.parent else "the folder"
             return (
                 f"cannot use {path}: {reason} on {which} {folder}: give your user access to"

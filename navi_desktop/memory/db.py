@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,7 +39,8 @@ T = TypeVar("T")
 
 # Every file open in this process. Each connection has a thread of its own that keeps the
 # process from exiting until it is closed: a stop closes what nothing else did (close_left).
-OPEN: set[Database] = set()
+# Weak: one nothing refers to any more is collected, and its thread stops with it.
+OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
 
 
 async def close_left(*folders: Path) -> list[Path]:

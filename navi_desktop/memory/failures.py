@@ -120,11 +120,17 @@ def unreadable(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def refusing_folder(path: Path) -> Path | None:
+    """The first folder on the way down to ``path`` that the user cannot search, or None."""
+    folders = reversed(Path(path).absolute().parents)
+    return next((f for f in folders if not os.access(f, os.X_OK)), None)
+
+
 def unreachable(path: Path) -> ProfileUnreadable:
     """The error for a file hidden by a folder above it that the user cannot search: the
     first such folder on the way down is named, with the chmod that opens it."""
     path = Path(path).absolute()
-    folder = next((f for f in reversed(path.parents) if not os.access(f, os.X_OK)), path.parent)
+    folder = refusing_folder(path) or path.parent
     if folder == path.parent:
         return unreadable(path, f"permission denied on its folder {folder}")
     error = ProfileUnreadable(

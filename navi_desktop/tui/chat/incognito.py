@@ -22,12 +22,12 @@ class IncognitoActions:
         app: NaviApp
         session_id: str | None
         incognito: bool
-        answering: bool
         sessions: SessionsPane
 
         async def _clear(self) -> None: ...
         def _show_title(self) -> None: ...
         def _views(self) -> list[MessageView]: ...
+        def _wait_for_reply(self) -> bool: ...
         def notify(self, message: str, **kw: Any) -> None: ...
         def refresh_bindings(self) -> None: ...
 
@@ -39,8 +39,7 @@ class IncognitoActions:
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_toggle_incognito(self) -> None:
-        if self.answering:
-            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+        if self._wait_for_reply():
             return
         if self.incognito:
             if await self._leave_incognito():

@@ -323,9 +323,14 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         if self.has_class("-narrow"):  # the list was over the chat: make room again
             self.show_sessions(False)
 
-    async def action_open_session(self, session_id: str) -> None:
+    def _wait_for_reply(self) -> bool:
+        """True (and said) while a turn runs: a session or mode change waits for its end."""
         if self.answering:
             self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+        return self.answering
+
+    async def action_open_session(self, session_id: str) -> None:
+        if self._wait_for_reply():
             return
         if self.incognito and not await self._leave_incognito():
             return
@@ -382,8 +387,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_new_session(self) -> None:
-        if self.answering:
-            self.notify("Wait for the reply, or stop it with Esc", severity="warning")
+        if self._wait_for_reply():
             return
         previous = None if self.incognito else self.session_id
         if self.incognito:
