@@ -90,9 +90,13 @@ async def test_a_long_reply_streams_in_parts_that_look_like_one_markdown(monkeyp
     size = (80, 260)  # tall enough for all of it
     async with Transcript(streamed).run_test(size=size) as pilot:
         await streamed.begin_stream()
-        for chunk in chunks:
+        sent = ""
+        for n, chunk in enumerate(chunks, 1):
             await streamed.write(chunk)
+            sent += chunk
             await pilot.pause(0.002)  # a few deltas a frame, as a model sends them
+            if n % 10 == 0:  # shown before more comes: a loaded machine joined it all in one
+                await until(pilot, lambda sent=sent: shown(streamed) == sent)
         await until(pilot, lambda: shown(streamed) == text)  # a loaded machine lags behind
         assert len(streamed.query(Markdown)) > 2  # sealed parts, and the live one
         await streamed.finish(text)
