@@ -1,17 +1,26 @@
 """The memory file on a file system that is read-only (mounted so, or remounted so by Linux
 after a disk error). Before, the advice was to `chmod` the file, which cannot help, and the
 profile stayed in that error state until the daemon restarted: now one line says the file
-system is read-only, and the profile opens by itself once it is writable again."""
+system is read-only, and the profile opens by itself once it is writable again. Its
+memories can still be read, searched and exported, by the daemon and by the CLI: a read
+opens the file without writing anything to it or beside it."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from navi_desktop.daemon.client import RpcCallError
+from navi_desktop.errors import NotFound, ProfileError, ProfileUnreadable
+from navi_desktop.memory.db import Database
+from navi_desktop.memory.migrations import MIGRATIONS, migrate
 from navi_desktop.memory.store import MemoryStore
+from tests.daemon_home import navi
 from tests.test_disk_full import small_disk
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
@@ -34,6 +43,12 @@ async def test_a_read_only_file_system_is_named_and_the_profile_opens_once_writa
         remount(data, "ro")
         daemon = await Daemon(paths).start()
         try:
+            # Browsing and search go on: Linux makes a disk read-only after an error, which
+            # is when a user most wants to see, and export, what is in it.
+            listed = await daemon.call("memory.list")
+            assert [m["value"] for m in listed["memories"]] == ["likes tea"]
+            found = await daemon.call("memory.search", {"args": ["tea"]})
+            assert [h["memory"]["value"] for h in found] == ["likes tea"]
             for _ in range(2):  # and again: not an error state that waits for a restart
                 with pytest.raises(RpcCallError) as err:
                     await daemon.call("memory.add", {"args": ["likes rain"]})
@@ -41,10 +56,112 @@ async def test_a_read_only_file_system_is_named_and_the_profile_opens_once_writa
                 assert err.value.kind == "DiskError", message
                 assert "file system is read-only" in message and "\n" not in message
                 assert "chmod" not in message and "damaged" not in message
-            remount(data, "rw")
+            remount(data, "rw")  # the profile opened to read is opened again to write
             await daemon.call("memory.add", {"args": ["likes rain"]})
             listed = await daemon.call("memory.list")
             assert sorted(m["value"] for m in listed["memories"]) == ["likes rain", "likes tea"]
         finally:
             remount(data, "rw")
             await daemon.stop()
+
+
+def _environ(home: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": DEAD_HOST, **extra}
+
+
+def _one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    return done.stderr.strip().splitlines()[-1]
+
+
+async def test_a_whole_navi_home_on_a_read_only_disk_can_still_be_read(tmp_path: Path) -> None:
+    """Reads open the file without writing anything to it or beside it; every write, the
+    daemon's start included, names the read-only file system and the fix."""
+    with small_disk(tmp_path / "disk", "32m") as disk:
+        paths = make_home(disk, DEAD_HOST)
+        async with await MemoryStore.open(paths.profile_db("tester")) as store:
+            await store.add_memory("likes tea")
+            await store.add_memory("lives in Porto")
+        before = {p: p.read_bytes() for p in (disk / "home").rglob("*") if p.is_file()}
+        remount(disk, "ro")
+        try:
+            env = _environ(disk / "home")
+            listed = navi(env, "memory", "list")
+            assert listed.returncode == 0, listed.stderr
+            assert "likes tea" in listed.stdout and "lives in Porto" in listed.stdout
+            # The one line before says why the daemon is not used, and the fix.
+            assert listed.stderr.count("\n") == 1 and "read-only file system" in listed.stderr
+            assert "mount it read-write again" in listed.stderr
+            found = navi(env, "memory", "search", "Porto")
+            assert found.returncode == 0 and "lives in Porto" in found.stdout, found.stderr
+            exported = navi(env, "memory", "export")
+            assert exported.returncode == 0, exported.stderr
+            assert {m["value"] for m in json.loads(exported.stdout)["memories"]} == {
+                "likes tea",
+                "lives in Porto",
+            }
+            doctor = navi(env, "memory", "doctor")
+            assert doctor.returncode == 0 and "file system is read-only" in doctor.stdout
+            for args in (("memory", "add", "x"), ("memory", "backup"), ("daemon", "start")):
+                line = _one_line(navi(env, *args))
+                assert "read-only" in line and "mount it read-write again" in line, line
+        finally:
+            remount(disk, "rw")
+        after = {p: p.read_bytes() for p in (disk / "home").rglob("*") if p.is_file()}
+        assert after == before  # nothing written, nothing made
+
+
+async def test_a_log_left_without_its_index_on_a_read_only_disk_is_named(tmp_path: Path) -> None:
+    """A crash leaves the log (``-wal``) and its index (``-shm``) beside the file: read-only,
+    the saves in the log are read through the index. Without the index (which SQLite cannot
+    make on a read-only disk) the saves are not silently skipped: one line says so."""
+    with small_disk(tmp_path / "disk", "32m") as disk:
+        paths = make_home(disk, DEAD_HOST)
+        db = paths.profile_db("tester")
+        other = paths.profile_db("other")
+        other.parent.mkdir(parents=True)
+        async with await MemoryStore.open(db) as store:
+            await store.add_memory("likes tea")
+            for suffix in ("", "-wal", "-shm"):  # as a crash leaves them
+                shutil.copy(f"{db}{suffix}", f"{other}{suffix}")
+        remount(disk, "ro")
+        try:
+            env = _environ((disk / "home"), NAVI_DAEMON="off")
+            listed = navi(env, "memory", "list", "--profile", "other")
+            assert listed.returncode == 0 and "likes tea" in listed.stdout, listed.stderr
+            remount(disk, "rw")
+            Path(f"{other}-shm").unlink()
+            remount(disk, "ro")
+            line = _one_line(navi(env, "memory", "list", "--profile", "other"))
+            assert "memory.db-wal holds saves" in line and "memory.db-shm" in line, line
+            assert "mount it read-write again" in line
+        finally:
+            remount(disk, "rw")
+        listed = navi(env, "memory", "list", "--profile", "other")  # writable: the log is read
+        assert listed.returncode == 0 and "likes tea" in listed.stdout, listed.stderr
+
+
+async def test_a_store_opened_to_read_writes_nothing_and_refuses_an_older_schema(
+    tmp_path: Path,
+) -> None:
+    """Without root: the read-only open itself, on an ordinary folder."""
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        await store.add_memory("likes tea")
+    before = sorted(tmp_path.iterdir()), path.read_bytes()
+    async with await MemoryStore.open(path, read_only=True) as store:
+        assert [m.value for m in (await store.list_memories())[0]] == ["likes tea"]
+        with pytest.raises(ProfileUnreadable, match="readonly database"):
+            await store.add_memory("likes rain")
+    assert (sorted(tmp_path.iterdir()), path.read_bytes()) == before
+
+    old = tmp_path / "old.db"
+    db = await Database.open(old)
+    await migrate(db, MIGRATIONS[:1])
+    await db.close()
+    before = old.read_bytes()
+    with pytest.raises(ProfileError, match=r"older version of Navi.*left untouched"):
+        await MemoryStore.open(old, read_only=True)
+    assert old.read_bytes() == before
+    with pytest.raises(NotFound):
+        await MemoryStore.open(tmp_path / "none.db", read_only=True)

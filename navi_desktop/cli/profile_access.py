@@ -134,12 +134,14 @@ def with_store(
         elif reads and nothing_at(path):
             return await _on_empty_store(paths, profile, work)
         else:
-            opened = MemoryStore.open(path, embedder=offline_embedder())
+            read_only = reads and not writable(path)
+            opened = MemoryStore.open(path, embedder=offline_embedder(), read_only=read_only)
         async with await opened as store:
             result = await work(store)
             # Keep new and edited memories findable by meaning; a few per run, so a large
             # profile never stalls a command (the daemon does the rest in the background).
-            await store.backfill_embeddings(messages=False, limit=BACKFILL_PER_RUN)
+            if not store.db.read_only:
+                await store.backfill_embeddings(messages=False, limit=BACKFILL_PER_RUN)
             return result
 
     try:
@@ -149,6 +151,14 @@ def with_store(
     except OSError as exc:
         where = exc.filename or path
         raise CommandError(f"cannot open {where}: {exc.strerror or exc}") from exc
+
+
+def writable(path: Path) -> bool:
+    """Whether the profile's file can be written: a look at one on a read-only disk (or one
+    the user made read-only) reads it without writing, rather than being refused."""
+    from navi_desktop.memory.failures import on_read_only_fs
+
+    return os.access(path, os.W_OK) and not on_read_only_fs(path)
 
 
 async def _on_empty_store(

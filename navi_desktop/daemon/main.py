@@ -20,6 +20,7 @@ from navi_desktop.daemon.files import remove_stale_spools, trim_log
 from navi_desktop.daemon.open_profiles import close_idle
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, holder, keep_place
 from navi_desktop.errors import NaviError
+from navi_desktop.memory.failures import on_read_only_fs
 from navi_desktop.paths import Paths, ensure_own_dir
 
 if TYPE_CHECKING:
@@ -266,6 +267,12 @@ def start_background(paths: Paths, timeout: float = 15.0) -> int:
     from navi_desktop.daemon.client import DaemonUnavailable, call_sync
     from navi_desktop.daemon.files import open_private_file
 
+    for folder in (paths.state, paths.runtime):
+        if on_read_only_fs(folder):
+            raise NaviError(
+                f"the daemon cannot start: {folder} is on a read-only file system, and it keeps"
+                " its log and socket there: mount it read-write again"
+            )
     ensure_own_dir(paths.state, "state folder")
     ensure_own_dir(paths.runtime, "run folder")
     log_file = paths.daemon_log

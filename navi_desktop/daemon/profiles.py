@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.daemon.method_params import ProfileParams
 from navi_desktop.daemon.params import file_path, takes
 from navi_desktop.errors import InvalidInput, NaviError, ProfileError
-from navi_desktop.memory.failures import moved
+from navi_desktop.memory.failures import moved, on_read_only_fs
 from navi_desktop.memory.filecheck import identity
 
 if TYPE_CHECKING:
@@ -115,6 +115,37 @@ async def restore(service: Service, profile: str, backup: Path) -> dict[str, Any
     if "error" in outcome:
         raise outcome["error"]
     return outcome["done"].to_dict()
+
+
+async def open_store(service: Service, path: Path) -> MemoryStore:
+    """The profile's file opened to read and write; on a read-only file system (Linux makes
+    one so after a disk error), opened only to read: its memories can still be browsed,
+    searched and exported, and each save says why it cannot be made."""
+    from navi_desktop.memory.store import MemoryStore
+
+    read_only = on_read_only_fs(path) and identity(path) is not None
+    return await MemoryStore.open(path, embedder=service._embedder(), read_only=read_only)
+
+
+def writable_again(store: MemoryStore) -> bool:
+    """Whether a profile opened only to read is on a file system that can be written again
+    (a statvfs call: cheap enough for every use)."""
+    return store.db.read_only and not on_read_only_fs(store.path)
+
+
+def reopen(service: Service, profile: str, why: str) -> None:
+    """Close the open profile and open its file again (``store()`` waits for it)."""
+    old = service._stores.pop(profile)
+
+    async def again() -> MemoryStore:
+        try:
+            await old.close()
+        except Exception as exc:
+            log.warning("closing %s to open it again: %s", old.path, exc)
+        log.info("opening profile %s again: %s", profile, why)
+        return await open_store(service, old.path)
+
+    service._opening[profile] = asyncio.ensure_future(again())
 
 
 def replace_moved(service: Service, profile: str) -> None:

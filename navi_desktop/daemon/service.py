@@ -101,6 +101,8 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         open_store = self._stores.get(profile)
         if isinstance(open_store, MemoryStore) and open_store.db.moved_away():
             profiles.replace_moved(self, profile)  # another program moved its file
+        elif isinstance(open_store, MemoryStore) and profiles.writable_again(open_store):
+            profiles.reopen(self, profile, "its file system is writable again")
         if profile not in self._stores:
             if on_server(self.settings.memory):  # opened on first use, survives outages
                 self._stores[profile] = self.remote.store(profile)  # type: ignore[assignment]
@@ -111,9 +113,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
             if profile not in self._opening:
                 await open_profiles.make_room(self, profile)
             if profile not in self._opening:
-                self._opening[profile] = asyncio.ensure_future(
-                    MemoryStore.open(path, embedder=self._embedder())
-                )
+                self._opening[profile] = asyncio.ensure_future(profiles.open_store(self, path))
             opening = self._opening[profile]
             try:
                 store = await asyncio.shield(opening)

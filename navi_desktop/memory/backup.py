@@ -27,7 +27,14 @@ from pathlib import Path
 import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError
-from navi_desktop.memory.failures import free_bytes, megabytes, translate, unreachable
+from navi_desktop.memory.failures import (
+    free_bytes,
+    megabytes,
+    on_read_only_fs,
+    read_only_fs,
+    translate,
+    unreachable,
+)
 from navi_desktop.memory.filecheck import Identity, read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
@@ -129,6 +136,8 @@ def make_backup(
     if target is not None and target.is_dir():
         folder = target
     size = sum(p.stat().st_size for p in (db_path, wal_path(db_path)) if p.exists())
+    if on_read_only_fs(folder if folder.exists() else db_path.parent):
+        raise read_only_fs(folder)
     free = free_bytes(folder if folder.exists() else db_path.parent)
     if free is not None and free < size + RESERVE_BYTES:
         raise DiskFull(

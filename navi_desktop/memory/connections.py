@@ -16,6 +16,7 @@ import sqlite_vec
 
 from navi_desktop.memory.failures import damaged, translate
 from navi_desktop.memory.filecheck import Identity, check_opened, file_uri
+from navi_desktop.memory.filecheck import read_only as connect_read_only
 
 T = TypeVar("T")
 # The read connections map the whole file (SQLite maps no more than the file's size). At 1M
@@ -36,10 +37,19 @@ def connect(path: Path, *, expect: Identity | None = None, **options: Any) -> sq
 
 
 def open_connection(
-    path: Path, *, opening: bool = False, expect: Identity | None = None
+    path: Path,
+    *,
+    opening: bool = False,
+    expect: Identity | None = None,
+    read_only: bool = False,
 ) -> sqlean.Connection:
+    """A connection with Navi's extensions and pragmas. ``read_only``: one that writes
+    nothing, not even the switch to WAL (a file on a read-only disk, or not ours to write)."""
     try:
-        conn = connect(path, expect=expect, check_same_thread=False)
+        if read_only:
+            conn = connect_read_only(path, expect=expect, check_same_thread=False)
+        else:
+            conn = connect(path, expect=expect, check_same_thread=False)
     except sqlean.Error as exc:
         raise (translate(exc, path, opening=opening) or damaged(path, str(exc))) from exc
     try:
@@ -52,6 +62,9 @@ def open_connection(
         # Deleted content is overwritten with zeros: forgetting must not leave the text behind.
         conn.execute("PRAGMA secure_delete = ON")
         conn.execute("PRAGMA temp_store = MEMORY")
+        if read_only:
+            conn.execute("PRAGMA query_only = 1")
+            return conn
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise damaged(path, f"cannot switch to WAL mode (got {mode})")
@@ -78,9 +91,12 @@ class ReadPool:
     # signal wait longer than it saved.
     SIZE = max(1, min(3, os.cpu_count() or 1))
 
-    def __init__(self, path: Path, expect: Identity | None = None) -> None:
+    def __init__(
+        self, path: Path, expect: Identity | None = None, *, read_only: bool = False
+    ) -> None:
         self.path = path
         self.expect = expect  # the file they must open (check_opened)
+        self.read_only = read_only  # the file is not to be written (see open_connection)
         self._idle: queue.SimpleQueue[sqlean.Connection] = queue.SimpleQueue()
         self._opened: list[sqlean.Connection] = []
         self._threads: ThreadPoolExecutor | None = None
@@ -96,7 +112,7 @@ class ReadPool:
         try:
             conn = self._idle.get_nowait()
         except queue.Empty:  # at most SIZE: there are that many threads
-            conn = open_connection(self.path, expect=self.expect)
+            conn = open_connection(self.path, expect=self.expect, read_only=self.read_only)
             conn.execute("PRAGMA query_only = 1")
             # Pages are read through a memory map, not a read() call each: searches on a
             # large profile were ~15% faster. Shared with the OS page cache, not our heap.

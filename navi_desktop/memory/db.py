@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 import aiosqlite
 import sqlean
 
-from navi_desktop.errors import NaviError, NotFound, ProfileMoved
+from navi_desktop.errors import DiskError, NaviError, NotFound, ProfileMoved
 from navi_desktop.memory.connections import ReadPool, connect, open_connection
-from navi_desktop.memory.failures import moved, os_failure, translate
+from navi_desktop.memory.failures import moved, on_read_only_fs, os_failure, translate
 from navi_desktop.memory.filecheck import (
     APPLICATION_ID,
     SQLITE_HEADER,
@@ -27,6 +27,7 @@ from navi_desktop.memory.filecheck import (
     check_file,
     identity,
     probe,
+    wal_path,
 )
 from navi_desktop.paths import ensure_private_dir
 
@@ -77,11 +78,18 @@ class Database:
     BACKUP_CHECK_S = 3600.0
 
     def __init__(
-        self, conn: aiosqlite.Connection, path: Path, opened: Identity | None = None
+        self,
+        conn: aiosqlite.Connection,
+        path: Path,
+        opened: Identity | None = None,
+        *,
+        read_only: bool = False,
     ) -> None:
-        """``opened``: the identity of the file ``conn`` has open (else the one at ``path``)."""
+        """``opened``: the identity of the file ``conn`` has open (else the one at ``path``);
+        ``read_only``: ``conn`` and the readers write nothing (see ``open``)."""
         self.conn = conn
         self.path = path
+        self.read_only = read_only
         self.lock = asyncio.Lock()
         self._in_tx = False
         self._held = False  # under reading(), which has called verify()
@@ -90,7 +98,7 @@ class Database:
         self._checkpoint: asyncio.Task[None] | None = None
         # The file this connection has open; see verify(). Helpers must open the same one.
         self._identity = opened or identity(path)
-        self._readers = ReadPool(path, self._identity)
+        self._readers = ReadPool(path, self._identity, read_only=read_only)
         self._gone: ProfileMoved | None = None
         self._closed = False
         OPEN.add(self)
@@ -105,12 +113,20 @@ class Database:
 
     @classmethod
     async def open(
-        cls, path: Path, *, create: bool = True, check: SchemaCheck | None = None
+        cls,
+        path: Path,
+        *,
+        create: bool = True,
+        check: SchemaCheck | None = None,
+        read_only: bool = False,
     ) -> Database:
         """Open (by default creating) the file. A file that is not a whole Navi file this
         version can use (``check`` looks at its schema) raises a ``ProfileError`` before
-        anything is written to it or created beside it."""
+        anything is written to it or created beside it. ``read_only``: open a file that exists
+        only to read it, writing nothing to it or beside it (a read-only disk)."""
         path = Path(path)
+        if read_only:
+            return await cls._open_read_only(path, check)
         if check_file(path):
             await asyncio.to_thread(probe, path, check)
         elif not path.exists():
@@ -136,6 +152,28 @@ class Database:
         await conn
         await conn.execute("PRAGMA wal_autocheckpoint = 0")
         return cls(conn, path, checked)
+
+    @classmethod
+    async def _open_read_only(cls, path: Path, check: SchemaCheck | None) -> Database:
+        if not check_file(path, writing=False):
+            raise NotFound(f"no memory file at {path}")
+        shm = path.with_name(path.name + "-shm")
+        if wal_path(path).exists() and not shm.exists() and on_read_only_fs(path):
+            raise DiskError(
+                f"cannot read {path}: its log {wal_path(path).name} holds saves not yet in it,"
+                f" and reading them needs {shm.name} beside it, which a read-only file system"
+                " cannot have made; nothing was changed: mount it read-write again"
+            )
+        await asyncio.to_thread(probe, path, check)
+        checked = identity(path)
+        if checked is None:
+            raise moved(path, replaced=False)
+        opened = await asyncio.to_thread(
+            open_connection, path, opening=True, expect=checked, read_only=True
+        )
+        conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
+        await conn
+        return cls(conn, path, checked, read_only=True)
 
     def verify(self) -> None:
         """Raise ``ProfileMoved`` once the file at the path is not the one open here (another
@@ -252,11 +290,10 @@ class Database:
     async def close(self) -> None:
         await self.settle()
         async with self.lock:
-            try:
-                await self.conn.execute("PRAGMA optimize")
-                await self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            except DbError:
-                pass
+            if not self.read_only:  # a file only read has nothing to tidy
+                with contextlib.suppress(DbError):
+                    await self.conn.execute("PRAGMA optimize")
+                    await self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             await self.conn.close()
             OPEN.discard(self)
 

@@ -22,7 +22,13 @@ import sqlean
 from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
 from navi_desktop.memory.backup import list_backups
-from navi_desktop.memory.failures import free_bytes, megabytes, profile_option, unreachable
+from navi_desktop.memory.failures import (
+    free_bytes,
+    megabytes,
+    on_read_only_fs,
+    profile_option,
+    unreachable,
+)
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, read_only, wal_path
 from navi_desktop.memory.migrations import MIGRATIONS, schema_version
 
@@ -100,7 +106,7 @@ def examine(path: Path) -> Report:
         return report
     truncated = False
     try:
-        check_file(path)
+        check_file(path, writing=False)
     except ProfileError as exc:
         what = getattr(exc, "what", str(exc))
         if isinstance(exc, ProfileDamaged):
@@ -282,7 +288,14 @@ def _environment(report: Report) -> None:
         else:
             report.add("wal", OK, f"write-ahead log {_size(size)}")
     free = free_bytes(path.parent)
-    if free is not None and free < LOW_DISK_BYTES:
+    if on_read_only_fs(path):
+        report.add(
+            "disk",
+            WARNING,
+            "its file system is read-only: memories can be read, but nothing is saved",
+            "mount it read-write again (after a disk error, check the disk first: `dmesg`)",
+        )
+    elif free is not None and free < LOW_DISK_BYTES:
         report.add(
             "disk",
             WARNING,

@@ -60,9 +60,10 @@ def identity(path: Path) -> Identity | None:
     return (st.st_dev, st.st_ino)
 
 
-def check_file(path: Path) -> int:
-    """Refuse a file that exists but is not a whole SQLite file we may read and write; returns
-    its size (0: absent or empty, a new memory). Reads at most its first 100 bytes."""
+def check_file(path: Path, *, writing: bool = True) -> int:
+    """Refuse a file that exists but is not a whole SQLite file we may read (and, ``writing``,
+    write); returns its size (0: absent or empty, a new memory). Reads at most its first 100
+    bytes."""
     _check_companions(path)
     try:
         st = path.stat()
@@ -85,7 +86,7 @@ def check_file(path: Path) -> int:
         raise unreadable(path, _denied(st)) from None
     except OSError as exc:
         raise os_failure(exc, path) from exc
-    if not os.access(path, os.R_OK | os.W_OK):
+    if not os.access(path, os.R_OK | os.W_OK if writing else os.R_OK):
         if on_read_only_fs(path):  # no permission would help
             raise read_only_fs(path)
         raise unreadable(path, _denied(st))

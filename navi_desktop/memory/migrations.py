@@ -14,7 +14,7 @@ from pathlib import Path
 
 import sqlean
 
-from navi_desktop.errors import ProfileTooNew
+from navi_desktop.errors import ProfileError, ProfileTooNew
 from navi_desktop.memory.db import APPLICATION_ID, Database
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.vectors import int8_from_float32
@@ -389,6 +389,25 @@ def check_schema(conn: sqlean.Connection, path: Path) -> None:
             f"{path} was written by a newer version of Navi (memory schema"
             f" {schema_version(recorded)}; this version knows up to {schema_version(known)});"
             " it was left untouched: update Navi to use this profile"
+        )
+
+
+def check_current(conn: sqlean.Connection, path: Path) -> None:
+    """``check_schema``, and refuse a file an older Navi wrote: its upgrade writes to it, which
+    a file opened only to read cannot take."""
+    check_schema(conn, path)
+    recorded: list[str] = []
+    if conn.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone():
+        recorded = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+    known = [name for name, _ in MIGRATIONS]
+    if any(name not in recorded for name in known):
+        raise ProfileError(
+            f"{path} was written by an older version of Navi (memory schema"
+            f" {schema_version(recorded)}; this version reads {schema_version(known)}), and its"
+            " upgrade writes to it, which cannot be done now; it was left untouched: open it"
+            " once where it can be written (its disk mounted read-write)"
         )
 
 

@@ -51,7 +51,7 @@ def check_backup(backup: Path) -> int:
     if not backup.exists():  # a folder or a named pipe: check_file says which
         raise InvalidInput(f"{refuse}: no such file")
     try:
-        if not check_file(backup):
+        if not check_file(backup, writing=False):
             raise InvalidInput(f"{refuse}: it is empty; nothing was changed")
         probe(backup, check_schema)
     except ProfileError as exc:

@@ -61,7 +61,7 @@ async def recover(source: Path) -> Salvage:
 
     source = Path(source)
     try:
-        check_file(source)
+        check_file(source, writing=False)
     except ProfileError as exc:
         what = getattr(exc, "what", "")
         if not what.startswith("truncated:"):

@@ -32,7 +32,7 @@ from navi_desktop.memory.ledger import LedgerOps
 from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.maintenance import EmbeddingPassOps, FadingOps, MaintenanceOps
 from navi_desktop.memory.match_counts import MatchCounts
-from navi_desktop.memory.migrations import check_schema, migrate
+from navi_desktop.memory.migrations import check_current, check_schema, migrate
 from navi_desktop.memory.models import Message
 from navi_desktop.memory.search import SearchOps
 from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
@@ -84,12 +84,22 @@ class MemoryStore(
 
     @classmethod
     async def open(
-        cls, path: Path, *, embedder: Embedder | None = None, create: bool = True
+        cls,
+        path: Path,
+        *,
+        embedder: Embedder | None = None,
+        create: bool = True,
+        read_only: bool = False,
     ) -> MemoryStore:
         """Open (by default creating) a memory file and bring its schema up to date.
 
         A file that is damaged, foreign, unreadable or from a newer Navi raises a
-        ``ProfileError`` naming the file and the fix, and is left untouched."""
+        ``ProfileError`` naming the file and the fix, and is left untouched. ``read_only``:
+        an existing file, to read without writing anything (a read-only disk); one that
+        needs an upgrade is refused."""
+        if read_only:
+            db = await Database.open(path, check=check_current, read_only=True)
+            return cls(db, embedder)
         db = await Database.open(path, create=create, check=check_schema)
         try:
             await migrate(db)
