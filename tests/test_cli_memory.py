@@ -230,6 +230,9 @@ def test_search_rejects_bad_filters(cli):
     assert_user_error(cli("search", "x", "--category", "hobbies"), "category")
     assert_user_error(cli("search", "x", "--since", "yesterday"), "--since", "ISO 8601")
     assert_user_error(cli("search", "x", "--limit", "0"), "--limit")
+    assert_user_error(cli("search", "x" * 10_001), "a search is at most 10,000 characters")
+    assert_user_error(cli("entities", "--search", "x" * 201), "at most 200 characters")
+    assert_user_error(cli("entity", "x" * 201), "the entity's name is at most 200 characters")
 
 
 # -- show, pin, edit --------------------------------------------------------------------------

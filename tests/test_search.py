@@ -188,6 +188,15 @@ async def test_limit_is_checked(store):
     assert len(await store.search("tea Porto Ana coffee emojis", limit=2)) == 2
 
 
+async def test_a_search_text_past_the_limit_is_refused_in_words(store):
+    """Every way in (the CLI on the file, the daemon, a server store) meets the same check."""
+    await store.search("t" * 10_000)
+    with pytest.raises(InvalidInput, match=r"a search is at most 10,000 characters.*10,001"):
+        await store.search("t" * 10_001)
+    with pytest.raises(InvalidInput, match="at most 200 characters, and this one has 201"):
+        await store.list_entities(query="t" * 201)
+
+
 async def test_backfill_never_stores_a_vector_for_text_edited_meanwhile(tmp_path):
     embedder = BagOfWordsEmbedder()
     async with await MemoryStore.open(tmp_path / "memory.db", embedder=embedder) as store:

@@ -127,6 +127,11 @@ async def test_search_filters_and_accepts_any_text(daemon: Daemon) -> None:
             await pilot.pause(0.3)
             await until(pilot, lambda: settled(app))
             assert not [n for n in app._notifications if n.severity == "error"]
+        # A pasted page past what a search takes is said in words, not as a parameter.
+        screen.query_one("#search", Input).value = "tea " * 2_501
+        said = "A search is at most 10,000 characters, and this one has 10,004"
+        await until(pilot, lambda: rows(screen, "facts")[0].startswith(said))
+        assert not app._notifications
         # The category filter applies to search and to the full list.
         screen.query_one("#search", Input).value = ""
         screen.query_one("#category", Select).value = "technical"

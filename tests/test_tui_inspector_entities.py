@@ -166,3 +166,6 @@ async def test_the_tab_follows_the_daemon(daemon: Daemon) -> None:
         await until(pilot, lambda: rows(screen) == ["lisbon  2×  also lisboa"])
         screen.query_one("#search", Input).value = "zzz"
         await until(pilot, lambda: rows(screen) == ["No entity has a name that contains this."])
+        screen.query_one("#search", Input).value = "z" * 201
+        await until(pilot, lambda: rows(screen)[0].startswith("A search among entities"))
+        assert "at most 200 characters, and this one has 201" in rows(screen)[0]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.cli.output import emit_json, one_line, safe, table, terminal_width, truncate
 from navi_desktop.cli.profile_access import text_of, wants_json, with_store
 from navi_desktop.errors import InvalidInput
+from navi_desktop.limits import ENTITY_SEARCH, MAX_ENTITY_NAME, check_length
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -47,6 +48,7 @@ def register(command: Any) -> None:
 def _checked(text: str, what: str) -> str:
     if not text.strip():
         raise InvalidInput(f"{what} is empty: give a name (navi memory entities lists them)")
+    check_length(text, MAX_ENTITY_NAME, what)
     return text
 
 
@@ -117,6 +119,7 @@ def _count(n: int, one: str, many: str) -> str:
 def cmd_entities(args: argparse.Namespace) -> int:
     if args.limit < 1 or args.offset < 0:
         raise InvalidInput("--limit must be at least 1 and --offset not negative")
+    check_length(args.search, MAX_ENTITY_NAME, ENTITY_SEARCH)
 
     async def work(store: MemoryStore):
         return await store.list_entities(

@@ -29,6 +29,7 @@ from navi_desktop.cli.profile_access import (
     with_store,
 )
 from navi_desktop.errors import InvalidInput
+from navi_desktop.limits import MAX_QUERY, SEARCH, check_length
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -304,6 +305,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         check_choice("category", category, CATEGORIES)
     if not 1 <= args.limit <= 1000:
         raise InvalidInput(f"--limit must be between 1 and 1000, got {args.limit}")
+    check_length(args.query, MAX_QUERY, SEARCH)  # the daemon's line would name a parameter
     since = check_iso(args.since, "--since") if args.since else None
     until = check_iso(args.until, "--until") if args.until else None
 

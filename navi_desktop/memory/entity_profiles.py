@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NotFound
+from navi_desktop.limits import ENTITY_SEARCH, MAX_ENTITY_NAME, check_length
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.models import Memory
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 SORTS = ("mentions", "name")
-MAX_NAME = 200  # an entity's name, as the user types it
+MAX_NAME = MAX_ENTITY_NAME  # an entity's name, as the user types it
 PROFILE_LIMIT = 20  # facts and summaries a profile lists by default (the totals count all)
 ENTITY_COLUMNS = "id, name, norm, type"
 SUGGEST_POOL = 2_000  # names compared with an unknown one: those sharing its first letter
@@ -248,6 +249,7 @@ class EntityOps:
             raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be at least 1 and offset not negative")
+        check_length(query, MAX_ENTITY_NAME, ENTITY_SEARCH)
         where, params = "", []
         if like := like_pattern(query):
             where = (

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlean
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.limits import MAX_QUERY, SEARCH, check_length
 from navi_desktop.memory.match_counts import WHOLE, MatchCounts, counted_to_rarest, within_budget
 from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
@@ -107,6 +108,7 @@ class SearchOps(VectorSearchOps, HitOps):
         Only current memories (active and not expired: not superseded, held or archived)
         unless ``include_inactive``. Every hit carries the rank and score each signal gave it.
         """
+        check_length(query, MAX_QUERY, SEARCH)
         filters = make_filters(kinds, categories, exclude_session, since, until, include_inactive)
         if not 1 <= limit <= 1000:
             raise InvalidInput(f"limit must be between 1 and 1000, got {limit}")

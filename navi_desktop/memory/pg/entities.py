@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.limits import ENTITY_SEARCH, MAX_ENTITY_NAME, check_length
 from navi_desktop.memory.entity_profiles import (
     SORTS,
     SUGGEST_POOL,
@@ -58,6 +59,7 @@ class PgEntityOps:
             raise InvalidInput(f"sort must be one of {', '.join(SORTS)}, got {sort!r}")
         if limit < 1 or offset < 0:
             raise InvalidInput("limit must be at least 1 and offset not negative")
+        check_length(query, MAX_ENTITY_NAME, ENTITY_SEARCH)
         where, params = "WHERE $1::text IS NULL", [like_pattern(query)]
         if params[0] is not None:
             where = (

@@ -18,6 +18,7 @@ from textual.containers import Horizontal
 from textual.widgets import Input, Label, OptionList, Select, Switch, TabbedContent, TabPane
 
 from navi_desktop.daemon.client import RemoteNotFound
+from navi_desktop.limits import ENTITY_SEARCH, MAX_ENTITY_NAME, MAX_QUERY, SEARCH, too_long
 from navi_desktop.tui import timefmt
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.inspector.actions import ON_MEMORY, MemoryActions
@@ -198,6 +199,10 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if self.on_entities:
             await self.load_entities()
             return
+        if line := _too_long(self.search_query().text, MAX_QUERY, SEARCH):
+            memory_list.message(line)  # said here: the daemon's line names a parameter
+            self.show_detail()
+            return
         try:
             page = await fetch(self.navi.link, tab, self.search_query())
         except Exception as err:
@@ -218,6 +223,10 @@ class InspectorScreen(MemoryActions, NaviScreen):
     async def load_entities(self) -> None:
         entity_list = self.query_one(EntityList)
         query = self.query_one("#search", Input).value
+        if line := _too_long(query, MAX_ENTITY_NAME, ENTITY_SEARCH):
+            entity_list.message(line)
+            self.show_detail()
+            return
         try:
             entities, total = await fetch_entities(self.navi.link, query)
         except Exception as err:
@@ -359,3 +368,8 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if action in ON_MEMORY and self.on_entities:  # the list's own keys act on entities
             return False
         return self.can(action)
+
+
+def _too_long(text: str, limit: int, what: str) -> str | None:
+    line = too_long(text, limit, what)
+    return f"{line[0].upper()}{line[1:]}." if line else None
