@@ -804,3 +804,18 @@ def test_forgetting_an_episode_names_its_conversation_on_one_safe_line(cli, home
     assert code == 2
     assert "The conversation it sums up stays: \u201cMoving?[2J abroad\u201d, 1 message." in out
     assert "\x1b" not in out
+
+
+def test_sizes_are_held_on_the_file_as_through_the_daemon(cli):
+    """The CLI on the file (no daemon) stored a 20,001-character memory the daemon refuses;
+    both now refuse it, in the same words."""
+    long_text = "v" * 20_001
+    assert_user_error(cli("add", long_text), "a memory's text is at most 20,000 characters")
+    assert_user_error(cli("add", "--subject", "s" * 501, "k", "v"), "its subject is at most 500")
+    assert_user_error(cli("add", "--evidence", long_text, "k", "v"), "its evidence is at most")
+    assert cli("add", "k", "v")[0] == 0
+    assert_user_error(cli("edit", "1", "--value", long_text), "a memory's text is at most")
+    assert_user_error(cli("edit", "1", "--key", "k" * 501), "its key is at most 500")
+    assert_user_error(cli("edit", "1", "--correct", long_text), "a memory's text is at most")
+    code, out, _ = cli("list")
+    assert code == 0 and "vvvv" not in out

@@ -42,6 +42,11 @@ CASES = {
     "session without id": (export(memory(), sessions=[{"title": "x"}]), '"id" must be a non-empty'),
     "id past 64 bits": (export(memory(id=2**63)), '"id" must be an integer'),
     "not UTF-8": (b"\xff\xfe\x00garbage", "not UTF-8 text"),
+    "value past the size": (
+        export(memory(value="v" * 20_001)),
+        "memory #1: a memory's text is at most 20,000 characters",
+    ),
+    "key past the size": (export(memory(key="k" * 501)), "memory #1: its key is at most 500"),
 }
 
 

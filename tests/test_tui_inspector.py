@@ -254,7 +254,9 @@ async def test_an_edit_the_daemon_refuses_keeps_the_words_and_says_why(daemon: D
         await until(pilot, lambda: isinstance(app.screen, TextScreen))
         app.screen.query_one("#text", Input).value = too_long
         await pilot.press("enter")
-        await until(pilot, lambda: "20,000" in error_text(app))
+        said = "a memory's text is at most 20,000 characters, and this one has 20,001"
+        await until(pilot, lambda: said in error_text(app))
+        assert "parameter" not in error_text(app)
         assert isinstance(app.screen, TextScreen)
         assert app.screen.query_one("#text", Input).value == too_long
         app.screen.query_one("#text", Input).value = "likes free jazz"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.cli.output import emit_json, one_line
 from navi_desktop.cli.profile_access import check_choice, text_of, wants_json, with_store
 from navi_desktop.errors import InvalidInput
+from navi_desktop.limits import check_memory_fields
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -103,6 +104,8 @@ def cmd_edit(args: argparse.Namespace) -> int:
             " --confidence, --expires or --correct"
         )
     check_choice("category", changes.get("category"), CATEGORIES)
+    texts = {n: changes[n] for n in ("value", "subject", "key", "evidence") if n in changes}
+    check_memory_fields(**texts, **({"value": args.correct} if args.correct else {}))
     if "value" in changes and not changes["value"].strip():
         raise InvalidInput("a memory needs a non-empty value")
     if "confidence" in changes and not 0 <= changes["confidence"] <= 1:

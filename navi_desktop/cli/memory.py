@@ -29,7 +29,7 @@ from navi_desktop.cli.profile_access import (
     with_store,
 )
 from navi_desktop.errors import InvalidInput
-from navi_desktop.limits import MAX_QUERY, SEARCH, check_length
+from navi_desktop.limits import MAX_QUERY, SEARCH, check_length, check_memory_fields
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -180,6 +180,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         raise InvalidInput("the key is empty: leave it out, or name the attribute")
     if not 0 <= args.confidence <= 1:
         raise InvalidInput(f"confidence must be between 0 and 1, got {args.confidence}")
+    check_memory_fields(value=value, key=key, subject=args.subject, evidence=args.evidence)
     if args.expires is not None and args.kind != "fact":
         raise InvalidInput(
             f"--expires is for facts only: a {args.kind} stays until you change it;"

@@ -31,7 +31,7 @@ from navi_desktop.daemon.params import (
     text,
 )
 from navi_desktop.errors import InvalidInput
-from navi_desktop.limits import MAX_ENTITY_NAME, MAX_QUERY
+from navi_desktop.limits import MAX_ENTITY_NAME, MAX_LABEL, MAX_QUERY, MAX_VALUE
 from navi_desktop.memory.entity_profiles import SORTS as ENTITY_SORTS
 from navi_desktop.memory.listing import SORTS
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
@@ -39,8 +39,6 @@ from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, STATUSES
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
-MAX_VALUE = 20_000  # a memory's text, its evidence
-MAX_LABEL = 500  # subject, key, a review reason
 MAX_PAGE = 10_000  # memories listed at once
 
 Kind = Literal[KINDS]  # type: ignore[valid-type]

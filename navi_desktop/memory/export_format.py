@@ -245,14 +245,20 @@ def validate_export(data: Any, source: str = "input") -> dict[str, Any]:
         for stamp in (*stamps, "expires_at", "last_verified_at"):
             if item.get(stamp) is not None:
                 check_iso(item[stamp], f"{where}: {stamp}")
-        NewMemory(
-            value=item["value"],
-            kind=item["kind"],
-            category=item.get("category"),
-            source=item.get("source", "import"),
-            confidence=item.get("confidence", 1.0),
-            expires_at=item.get("expires_at"),  # a past one too: it was true until then
-        ).check()
+        try:
+            NewMemory(
+                value=item["value"],
+                kind=item["kind"],
+                category=item.get("category"),
+                subject=item.get("subject"),
+                key=item.get("key"),
+                evidence=item.get("evidence"),
+                source=item.get("source", "import"),
+                confidence=item.get("confidence", 1.0),
+                expires_at=item.get("expires_at"),  # a past one too: it was true until then
+            ).check()
+        except InvalidInput as exc:
+            raise InvalidInput(f"{where}: {exc}") from None
     return data
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput, NotFound
 from navi_desktop.expiry import check_expires_at, parse_time, stored
+from navi_desktop.limits import check_memory_fields
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.models import CATEGORIES, KINDS, SOURCES, HistoryEntry, Memory
 from navi_desktop.memory.textproc import normalize, normalize_key
@@ -62,6 +63,14 @@ class NewMemory:
     def check(self) -> None:
         if not isinstance(self.value, str) or not self.value.strip():
             raise InvalidInput("a memory needs a non-empty value")
+        # Held here, whatever the way in: the CLI on the file stored what the daemon refused.
+        check_memory_fields(
+            value=self.value,
+            evidence=self.evidence,
+            subject=self.subject,
+            key=self.key,
+            review_reason=self.review_reason,
+        )
         if self.kind not in KINDS:
             raise InvalidInput(f"kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
         if self.category is not None and self.category not in CATEGORIES:

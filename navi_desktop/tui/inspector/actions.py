@@ -14,6 +14,7 @@ from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.errors import InvalidInput
 from navi_desktop.expiry import describe as describe_expiry
 from navi_desktop.expiry import parse_expires
+from navi_desktop.limits import check_memory_fields
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed, forget_body
 from navi_desktop.tui.export import export_to
@@ -165,6 +166,7 @@ class MemoryActions:
         async def save(value: str) -> Memory:
             if value == memory["value"]:
                 return memory
+            check_memory_fields(value=value)  # in words: the daemon's line names a parameter
             return await self.navi.link.memory("edit", memory["id"], value=value)
 
         return await ask_text(self.app, title, memory["value"], save)
