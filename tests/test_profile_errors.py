@@ -87,6 +87,22 @@ def pipe(path: Path) -> None:
     os.mkfifo(path)
 
 
+def _give_away(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another user")
+    os.chown(path, 4321, -1)  # a user with no name here: nothing of this test is theirs
+
+
+def another_users_folder(path: Path) -> None:
+    """Before, Navi's `chmod` of it was refused with a PermissionError that ended the
+    daemon's start: every profile was gone with it."""
+    _give_away(path.parent)
+
+
+def another_users_file(path: Path) -> None:
+    _give_away(path)
+
+
 DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (half, "ProfileDamaged", "navi memory doctor --profile bad"),
     (ten_bytes, "ProfileDamaged", "truncated to 10 bytes"),
@@ -97,6 +113,8 @@ DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (pipe, "ProfileUnreadable", "it is not a regular file; it was left untouched: move that"),
     (pipe_for_its_log, "ProfileUnreadable", "memory.db-wal beside it is a named pipe"),
     (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a symbolic link"),
+    (another_users_folder, "ProfileUnreadable", "profiles/bad belongs to uid 4321, not to you"),
+    (another_users_file, "ProfileUnreadable", "the file belongs to uid 4321, not to you"),
 ]
 
 

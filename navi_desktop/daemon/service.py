@@ -272,6 +272,9 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
                 store = await self.store(profile)
             except NaviError:  # logged and kept as that profile's error state
                 continue
+            except Exception:  # one profile's surprise must not stop the daemon's start
+                log.exception("recovery of profile %s skipped", profile)
+                continue
             if remote:
                 # What was typed while the server was away goes first: the sessions ended
                 # below are then learned with it, and other machines see it now, not at the

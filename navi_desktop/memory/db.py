@@ -27,6 +27,7 @@ from navi_desktop.memory.filecheck import (
     check_file,
     identity,
     probe,
+    refuse_others,
     wal_path,
 )
 from navi_desktop.paths import ensure_private_dir
@@ -129,7 +130,8 @@ class Database:
             return await cls._open_read_only(path, check)
         if check_file(path):
             await asyncio.to_thread(probe, path, check)
-        elif not path.exists():
+        refuse_others(path)
+        if not path.exists():
             if not create:
                 raise NotFound(f"no memory file at {path}")
             try:
@@ -139,9 +141,12 @@ class Database:
                 raise os_failure(exc, path, opening=True) from exc
         # Only a file known to be ours (probed, or new) gets its permissions tightened; before
         # SQLite opens it, so that its log is created with the same mode.
-        ensure_private_dir(path.parent)
-        if path.stat().st_mode & 0o777 != 0o600:
-            path.chmod(0o600)
+        try:
+            ensure_private_dir(path.parent)
+            if path.stat().st_mode & 0o777 != 0o600:
+                path.chmod(0o600)
+        except OSError as exc:
+            raise os_failure(exc, path, opening=True) from exc
         # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
         # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
         checked = identity(path)  # the file checked above must be the one opened

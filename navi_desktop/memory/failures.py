@@ -120,6 +120,19 @@ def unreadable(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def not_yours(path: Path, item: Path, owner: int) -> ProfileUnreadable:
+    """``item`` (the memory file ``path`` or its folder) belongs to uid ``owner``."""
+    me = os.geteuid()
+    what = "the file" if item == path else f"its folder {item}"
+    error = ProfileUnreadable(
+        f"cannot use {path}: {what} belongs to uid {owner}, not to you (uid {me}), and a"
+        " profile's files must be yours alone; it was left untouched: give it back to your user"
+        f" (as root: `chown -R {me} {item}`), or use another profile (--profile NAME)"
+    )
+    error.what = f"{what} belongs to uid {owner}"  # type: ignore[attr-defined]
+    return error
+
+
 def refusing_folder(path: Path) -> Path | None:
     """The first folder on the way down to ``path`` that the user cannot search, or None."""
     folders = reversed(Path(path).absolute().parents)

@@ -21,6 +21,7 @@ from navi_desktop.memory.failures import (
     damaged,
     moved,
     not_a_file,
+    not_yours,
     on_read_only_fs,
     os_failure,
     read_only_fs,
@@ -106,6 +107,23 @@ def check_file(path: Path, *, writing: bool = True) -> int:
             path, f"truncated: {st.st_size} of the {pages * page_size} bytes its header announces"
         )
     return st.st_size
+
+
+def refuse_others(path: Path) -> None:
+    """Refuse a memory file, or its folder, that belongs to another user: its owner could read
+    or replace what is saved there, and Navi could not make it private (a `chmod` of another
+    user's folder is not permitted). It is left as it is, not taken over."""
+    for item in (path.parent, path):
+        try:
+            owner = os.stat(item).st_uid
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # made below, by the user
+        except PermissionError:
+            raise unreachable(path) from None
+        except OSError as exc:
+            raise os_failure(exc, path) from exc
+        if owner != os.geteuid():
+            raise not_yours(path, item, owner)
 
 
 def _check_companions(path: Path) -> None:
