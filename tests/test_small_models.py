@@ -120,6 +120,25 @@ async def test_one_malformed_candidate_is_dropped_alone(store, llm, fake):
     assert (cello["value"], cello["confidence"]) == ("cello", 1.0)  # clamped
 
 
+async def test_a_fact_copied_from_a_redacted_transcript_is_dropped(store, llm, fake):
+    """A session whose text was forgotten mid-way reads "[forgotten]" there: a small model
+    took it for the value ("gate code: [forgotten] please"), which was then kept as a fact."""
+    sid = await new_session(
+        store, ("user", "I live in Lyon. My gate code is [forgotten] please."), ("assistant", "Ok.")
+    )
+    answer = {
+        "facts": [LYON, fact("gate code", "[forgotten] please", "My gate code is [forgotten]")],
+        "rules": [],
+        "summary": "The user lives in Lyon.",
+    }
+    fake.script(Reply(json.dumps(answer)), profile("Lives in Lyon."))
+    report = await end_session(store, llm, sid, SETTINGS)
+    assert report.status == "processed", report.reason
+    assert any("holds [forgotten]" in d for d in report.dropped), report.dropped
+    assert await facts_by_key(store, "gate code") == []
+    assert [r["value"] for r in await facts_by_key(store, "home city")] == ["Lyon"]
+
+
 async def test_prose_around_the_json_is_read(store, llm, fake):
     sid = await new_session(store, ("user", "I live in Lyon."))
     body = json.dumps({"facts": [LYON], "rules": [], "summary": ""})

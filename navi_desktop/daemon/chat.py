@@ -171,6 +171,8 @@ async def run_turn(
     finally:
         # Tool calls and results belong in the transcript (extraction reads them), even when
         # the reply failed or was cancelled.
+        # Saved after the reply: what a forget took meanwhile (the user's, or the model's own
+        # memory_forget) is redacted from them as the forget's scrub would have.
         for step in steps:
             await store.save_message(
                 session_id,
@@ -178,6 +180,7 @@ async def run_turn(
                 step["content"],
                 name=step.get("name"),
                 meta=step.get("meta"),
+                said_at=user.created_at,
             )
     meta: dict[str, Any] = {"model": model}
     if done is not None:
@@ -189,7 +192,9 @@ async def run_turn(
         meta["cut"] = True
     saved = None
     if reply or not cancelled:
-        saved = await store.save_message(session_id, "assistant", reply, meta=meta)
+        saved = await store.save_message(
+            session_id, "assistant", reply, meta=meta, said_at=user.created_at
+        )
     return TurnResult(
         session_id,
         reply,

@@ -16,6 +16,7 @@ other text).
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable
@@ -235,6 +236,25 @@ class ForgetCommon:
             found = await self._forgotten_phrases([text], since=said_at)
         redacted, _ = Matcher.of(found).redact(text) if found else (text, 0)
         return redacted if redacted is not None else text
+
+    async def _redacted_since(
+        self: Store, said_at: str, content: str, meta: dict[str, Any] | None
+    ) -> tuple[str, str | None]:
+        """A message said at ``said_at`` and saved now (a reply streamed, a tool's result), its
+        content and meta as stored, with what was forgotten everywhere meanwhile redacted:
+        the forget's scrub ran before it was saved. Run in the save's transaction, so that no
+        forget comes between. One small look when nothing was forgotten since."""
+        raw = json.dumps(meta) if meta else None
+        if not await self.db.scalar(
+            "SELECT 1 FROM forgotten_phrases WHERE created_at > ? LIMIT 1", (said_at,)
+        ):
+            return content, raw
+        texts = [content, json.dumps(meta, ensure_ascii=False) if meta else None]
+        found = await self._forgotten_phrases(texts, since=said_at)
+        if not found:
+            return content, raw
+        matcher = Matcher.of(found)
+        return matcher.redact(content)[0] or content, matcher.redact_json(raw)[0]
 
     async def _forgotten_phrases(
         self: Store, texts: Iterable[str | None], *, since: str | None = None, first: bool = False

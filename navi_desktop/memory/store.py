@@ -178,12 +178,17 @@ class MemoryStore(
         name: str | None = None,
         at: str | None = None,
         meta: dict[str, Any] | None = None,
+        said_at: str | None = None,
     ) -> Message:
-        """The hot path: one transaction, no network, no model. Embedding happens later."""
+        """The hot path: one transaction, no network, no model. Embedding happens later.
+        ``said_at``: when the message was made, if before now (see ``_redacted_since``)."""
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         when = check_iso(at, "at") if at else now_iso()
+        raw_meta = json.dumps(meta) if meta else None
         async with self.db.transaction():
+            if said_at is not None:
+                content, raw_meta = await self._redacted_since(said_at, content, meta)
             # Pipelined: each round trip to the SQLite thread is a good part of a save's time.
             steps = self.db.pipeline(
                 self.db.execute(
@@ -198,7 +203,7 @@ class MemoryStore(
                 self.db.fetchone(
                     "INSERT INTO messages (session_id, role, name, content, created_at, meta)"
                     " VALUES (?, ?, ?, ?, ?, ?) RETURNING *",
-                    (session_id, role, name, content, when, json.dumps(meta) if meta else None),
+                    (session_id, role, name, content, when, raw_meta),
                 ),
             )
             try:

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from navi_desktop.errors import NaviError
 from navi_desktop.expiry import MAX_DAYS, end_of_day, stored
+from navi_desktop.memory.matching import MARKER
 from navi_desktop.memory.models import CATEGORIES
 from navi_desktop.memory.textproc import normalize
 
@@ -221,6 +222,8 @@ def _field(item: dict[str, Any], name: str, limit: int, *, required: bool = True
     value = " ".join(value.split())
     if len(value) > limit:
         raise _Bad(f"{label} longer than {limit} characters")
+    if name != "evidence" and MARKER in value:  # copied from a redacted transcript
+        raise _Bad(f"{label} holds {MARKER}, where the user made Navi forget something")
     return value
 
 

@@ -173,10 +173,10 @@ class BufferedStore:
 
     async def _send(self, row: Any) -> None:
         meta = json.loads(row["meta"]) if row["meta"] else None
-        # Said before a forget made meanwhile on another machine: it arrives without it.
-        content = await self._answer("redact_forgotten_since", row["content"], row["at"])
-        args = ("save_message", row["session_id"], row["role"], content)
-        kwargs = {"name": row["name"], "at": row["at"], "meta": meta}
+        # Said before a forget made meanwhile on another machine: it arrives without it (its
+        # text and its meta, such as a tool call's arguments).
+        args = ("save_message", row["session_id"], row["role"], row["content"])
+        kwargs = {"name": row["name"], "at": row["at"], "meta": meta, "said_at": row["at"]}
         try:
             await self._answer(*args, **kwargs)
         except NotFound:  # its session was deleted meanwhile (another machine): kept anyway
@@ -241,6 +241,7 @@ class BufferedStore:
         name: str | None = None,
         at: str | None = None,
         meta: dict[str, Any] | None = None,
+        said_at: str | None = None,
     ) -> Message:
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
@@ -250,7 +251,14 @@ class BufferedStore:
         if await self._flushed():
             try:
                 return await self._answer(
-                    "save_message", session_id, role, content, name=name, at=when, meta=meta
+                    "save_message",
+                    session_id,
+                    role,
+                    content,
+                    name=name,
+                    at=when,
+                    meta=meta,
+                    said_at=said_at,
                 )
             except StorageUnavailable as exc:
                 log.warning("keeping a message locally: %s", exc)

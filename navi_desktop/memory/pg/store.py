@@ -174,12 +174,17 @@ class PgMemoryStore(
         name: str | None = None,
         at: str | None = None,
         meta: dict[str, Any] | None = None,
+        said_at: str | None = None,
     ) -> Message:
-        """The hot path: one transaction, no model. Embedding happens later."""
+        """The hot path: one transaction, no model. Embedding happens later. ``said_at``: when
+        the message was made, if before now (see ``_redacted_since``)."""
         if role not in ROLES:
             raise InvalidInput(f"role must be one of {', '.join(ROLES)}, got {role!r}")
         when = check_iso(at, "at") if at else now_iso()
+        raw_meta = json.dumps(meta) if meta else None
         async with self.db.transaction():
+            if said_at is not None:
+                content, raw_meta = await self._redacted_since(said_at, content, meta)
             touched = await self.db.execute(
                 "UPDATE sessions SET last_active_at = $1,"
                 " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = $2",
@@ -203,7 +208,7 @@ class PgMemoryStore(
                     name,
                     content,
                     when,
-                    json.dumps(meta) if meta else None,
+                    raw_meta,
                     body,
                     context,
                 ),

@@ -1,0 +1,90 @@
+"""A forget made while a reply is under way reaches what the turn saves after it. The turn
+saves its reply and its tool calls and results once the reply has streamed, after the
+forget's scrub: before, those rows kept the forgotten text (in the transcript, its search
+index and the file), whether the user forgot it from another window or asked the model to
+forget it, which then quoted it in its own tool results. Through a real daemon."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from navi_desktop.memory import MemoryStore
+from tests.fake_ollama import Reply
+from tests.test_tui_inspector import add
+from tests.tui_support import Daemon
+
+SECRET = "ZQXSECRET42"
+
+
+def bytes_kept(daemon: Daemon) -> int:
+    """How often the secret is in the profile's file and its log, as bytes on disk."""
+    db = daemon.paths.profile_db("tester")
+    files = [Path(f"{db}{suffix}") for suffix in ("", "-wal")]
+    return sum(f.read_bytes().count(SECRET.encode()) for f in files if f.exists())
+
+
+async def transcript(daemon: Daemon, session_id: str) -> str:
+    shown = await daemon.call("sessions.show", {"id": session_id})
+    return "\n".join(f"{m['content']} {m.get('meta') or ''}" for m in shown["messages"])
+
+
+async def test_the_model_forgetting_on_request_leaves_nothing_in_its_own_tool_results(
+    daemon: Daemon, fake
+) -> None:
+    gate = await add(daemon, SECRET, key="gate code", category="profile")
+    fake.script(
+        Reply(tool_calls=[("memory_search", {"query": "gate code"})]),  # quotes the value
+        Reply(tool_calls=[("memory_forget", {"id": gate["id"]})]),
+        Reply("Done: I no longer know your gate code."),
+    )
+    sent = await daemon.call("chat.send", {"text": "Please forget my gate code."})
+    said = await transcript(daemon, sent["session_id"])
+    assert '"forgotten"' in said and "[forgotten]" in said  # the steps are there, redacted
+    assert SECRET not in said
+    found = await daemon.call("memory.search", {"args": [SECRET], "kwargs": {"kinds": ["message"]}})
+    assert found == []
+    assert bytes_kept(daemon) == 0
+
+
+async def test_a_reply_streaming_while_the_user_forgets_is_saved_without_it(
+    daemon: Daemon, fake
+) -> None:
+    gate = await add(daemon, SECRET, key="gate code", category="profile")
+    words = f"Got it: your gate code is {SECRET} and I will keep it in mind for you."
+    fake.script(Reply(words, delay=0.1))  # about 1.5 s of streaming
+    turn = asyncio.create_task(
+        daemon.call("chat.send", {"text": f"My gate code is {SECRET}, keep it."})
+    )
+    while not fake.bodies():  # the reply has begun
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.3)
+    await daemon.call("memory.forget", {"args": [gate["id"]]})
+    sent = await turn
+    assert SECRET in sent["reply"]  # what the user saw as it streamed
+    said = await transcript(daemon, sent["session_id"])
+    assert SECRET not in said and "your gate code is [forgotten]" in said
+    assert bytes_kept(daemon) == 0
+
+
+async def test_what_is_said_after_a_forget_is_kept_as_said(tmp_path: Path) -> None:
+    """Only what was forgotten after the message was made is redacted."""
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        session = await store.create_session()
+        gate = (await store.add_memory(SECRET, key="gate code")).memory
+        before = (await store.save_message(session.id, "user", "hello")).created_at
+        await store.forget(gate.id)
+        late = await store.save_message(
+            session.id,
+            "tool",
+            f"code {SECRET}",
+            meta={"arguments": {"value": SECRET}},
+            said_at=before,
+        )
+        assert late.content == "code [forgotten]" and SECRET not in str(late.meta)
+        again = await store.save_message(session.id, "user", f"my code is {SECRET} again")
+        assert SECRET in again.content  # said after the forget: the user's to say
+        said_later = await store.save_message(
+            session.id, "assistant", f"noted, {SECRET}", said_at=again.created_at
+        )
+        assert SECRET in said_later.content
