@@ -88,3 +88,33 @@ async def test_what_is_said_after_a_forget_is_kept_as_said(tmp_path: Path) -> No
             session.id, "assistant", f"noted, {SECRET}", said_at=again.created_at
         )
         assert SECRET in said_later.content
+
+
+def plant_in_logs(state: Path) -> list[Path]:
+    """Lines quoting the secret, as a model's failed answer would leave in the daemon's log."""
+    state.mkdir(parents=True, exist_ok=True)
+    logs = [state / "daemon.log", state / "daemon.log.1"]
+    for log in logs:
+        with log.open("a") as fh:
+            fh.write(f"reflection left out (ungrounded): the gate code is {SECRET}\n")
+    return logs
+
+
+async def test_the_models_own_forget_scrubs_the_daemons_logs(daemon: Daemon, fake) -> None:
+    """Before, only the memory.forget call scrubbed them; the model's tool did not."""
+    logs = plant_in_logs(daemon.paths.state)
+    gate = await add(daemon, SECRET, key="gate code", category="profile")
+    fake.script(Reply(tool_calls=[("memory_forget", {"id": gate["id"]})]), Reply("Done."))
+    await daemon.call("chat.send", {"text": "Please forget my gate code."})
+    assert [SECRET in log.read_text() for log in logs] == [False, False]
+
+
+def test_a_forget_on_the_file_scrubs_the_daemons_logs(cli, home: Path) -> None:
+    """The CLI without the daemon (NAVI_DAEMON=off) forgot in the file only."""
+    from navi_desktop.paths import Paths
+
+    logs = plant_in_logs(Paths.from_env({"NAVI_HOME": str(home)}).state)
+    assert cli("add", "gate code", SECRET)[0] == 0
+    code, _, err = cli("forget", "1", "--yes")
+    assert code == 0, err
+    assert [SECRET in log.read_text() for log in logs] == [False, False]

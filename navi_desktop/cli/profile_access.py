@@ -8,6 +8,7 @@ import asyncio
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -111,6 +112,7 @@ def with_store(
     from navi_desktop.memory.backends import on_server, open_server_store
     from navi_desktop.memory.db import DbError
     from navi_desktop.paths import Paths
+    from navi_desktop.pipeline.forgetting import scrub_logs
 
     profile = profile_name(args)
     paths = Paths.from_env()
@@ -137,6 +139,8 @@ def with_store(
             read_only = reads and not writable(path)
             opened = MemoryStore.open(path, embedder=offline_embedder(), read_only=read_only)
         async with await opened as store:
+            # A forget on the file scrubs the daemon's logs too, as the daemon's own does.
+            store.scrub_outside = partial(scrub_logs, paths.state)
             result = await work(store)
             # Keep new and edited memories findable by meaning; a few per run, so a large
             # profile never stalls a command (the daemon does the rest in the background).

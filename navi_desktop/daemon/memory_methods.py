@@ -4,13 +4,12 @@ write or a forget leaves to do: embedding, the logs' scrub, rewriting redacted s
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon import memory_params
 from navi_desktop.errors import NaviError
-from navi_desktop.pipeline.forgetting import after_forget, scrub_logs
+from navi_desktop.pipeline.forgetting import after_forget
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Handler, Service
@@ -28,18 +27,10 @@ class MemoryMethods:
             profile = self.profile(name)
             reads = not memory_params.writes(method)
             store = await (self.read_store if reads else self.store)(profile)
-            forgetting = method == "memory.forget"
-            if forgetting:  # what it matches, to scrub the logs the same way
-                scope = kwargs.get("scope", "everywhere")
-                needles = await store.forget_needles(kwargs["memory_id"], scope)
-                # Before as well as after: a stop after the forget is saved leaves no retry
-                # for the logs (the note it saves holds ids, and this needs the text).
-                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
             result, writes = await memory_params.call(store, method, kwargs)
             if method == "memory.stats" and self.empty.serves(store):  # its path, not ours
                 result |= {"path": str(self.paths.profile_db(profile)), "file_bytes": 0}
-            if forgetting:
-                await asyncio.to_thread(scrub_logs, self.paths.state, needles)
+            if method == "memory.forget":  # (the store scrubbed the logs: service.store)
                 self._spawn(self._after_forget(store))  # redacted summaries read well again
             if writes:
                 self._spawn(self._embed_quietly(store, profile))

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import NaviError
 from navi_desktop.memory.backends import open_server_store
 from navi_desktop.memory.outbox import Outbox
+from navi_desktop.pipeline.forgetting import scrub_logs
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service
@@ -49,6 +51,7 @@ class RemoteProfiles:
             log.debug("profile %s: %s", profile, exc)  # the caller says what it does instead
             raise
         log.info("profile %s on %s", profile, store.where)
+        store.scrub_outside = partial(scrub_logs, service.paths.state)  # every forget
         return store
 
     async def _listen(self, profile: str, store: Any) -> None:

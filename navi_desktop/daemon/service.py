@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.daemon import (
@@ -36,7 +37,7 @@ from navi_desktop.memory.db import close_left
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.ollama_host import env_host_problems
 from navi_desktop.paths import Paths, check_profile_name
-from navi_desktop.pipeline.forgetting import finish_scrubs
+from navi_desktop.pipeline.forgetting import finish_scrubs, scrub_logs
 from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 
@@ -126,6 +127,7 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
             self.profile_errors.clear(profile)
             # The rolling daily backup, after writes (backup.py); read live from the settings.
             store.db.backups = lambda: self.settings.memory.backups
+            store.scrub_outside = partial(scrub_logs, self.paths.state)  # every forget
             self._stores.setdefault(profile, store)
         return self._stores[profile]
 

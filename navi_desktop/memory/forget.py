@@ -16,10 +16,11 @@ other text).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -128,6 +129,24 @@ class ForgetCommon:
     """What both backends do alike: the tombstones (their key and hashes, burying, lifting,
     checking a text against them) and what a forget would match and touch. The forget itself
     and its scrub are each backend's (ForgetOps here, pg/forget.py)."""
+
+    # Set by whoever opened the store (the daemon, the CLI on the file): redacts the texts a
+    # forget matches from copies kept outside the file (the daemon's logs). Blocking. Called by
+    # every forget, however it came (a command, the inspector, the model's own tool call).
+    scrub_outside: Callable[[list[str]], Any] | None = None
+
+    async def _forget_outside(self: Store, memory_id: int, scope: str) -> list[str]:
+        """Scrub the outside copies before the forget (a stop after it is saved leaves no
+        retry for them: its note holds ids, and this needs the text); the needles, for after."""
+        if self.scrub_outside is None:
+            return []
+        needles = await self.forget_needles(memory_id, scope)
+        await self._scrub_outside(needles)
+        return needles
+
+    async def _scrub_outside(self: Store, needles: list[str]) -> None:
+        if self.scrub_outside is not None and needles:
+            await asyncio.to_thread(self.scrub_outside, needles)
 
     async def _tomb_key(self: Store) -> bytes:
         return bytes.fromhex(
@@ -314,6 +333,7 @@ class ForgetOps(ForgetCommon, CopyScrubOps, ScrubOps):
         write-ahead log is folded in."""
         _check_scope(scope)
         report = ForgetReport(scope=scope)
+        outside = await self._forget_outside(memory_id, scope)
         async with self.db.transaction():
             chain = await self._chain(memory_id)
             matcher, same = _needles(chain, scope)
@@ -328,6 +348,7 @@ class ForgetOps(ForgetCommon, CopyScrubOps, ScrubOps):
             report.forgotten, messages=report.redacted_messages > 0
         )
         await self._scrub_copies([r["id"] for r in chain], report, (matcher, same))
+        await self._scrub_outside(outside)
         return report
 
     async def _forget_rows(

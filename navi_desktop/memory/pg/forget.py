@@ -34,6 +34,7 @@ class PgForgetOps(ForgetCommon):
         """Remove a memory and every trace of it (see the module's docstring)."""
         _check_scope(scope)
         report = ForgetReport(scope=scope)
+        outside = await self._forget_outside(memory_id, scope)
         async with self.db.transaction():
             chain = await self._chain(memory_id)
             matcher, same = _needles(chain, scope)
@@ -65,6 +66,7 @@ class PgForgetOps(ForgetCommon):
             report.redacted_messages = plan.counts.messages
             report.redacted = plan.counts.lines()
         report.scrub_pending = await self._purge_free_space(ids)
+        await self._scrub_outside(outside)
         return report
 
 
