@@ -166,6 +166,22 @@ def test_navi_chat_rate(tmp_path):
             assert (
                 len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
             )
+        # Incognito: the latest listed session is a stored one, which --rate took (and
+        # wrote a note into); an incognito turn is rated by its session's id, in memory only.
+        db = paths.profile_db("tester")
+        files = [db, db.with_name("memory.db-wal")]
+        before = [f.read_bytes() for f in files]
+        fake.script(Reply("A secret answer."))
+        hidden = navi(environ, "chat", "--incognito", "my code is ZQX42")
+        assert hidden.returncode == 0, hidden.stderr
+        hidden_id = hidden.stderr.strip().split()[-1]
+        refused = navi(environ, "chat", "--incognito", "--rate", "down", "--note", "ZQX42")
+        assert refused.returncode == 2 and "needs --session ID" in refused.stderr
+        wrong = navi(environ, "chat", "--incognito", "--rate", "up", "--session", session)
+        assert wrong.returncode != 0 and "no incognito session" in wrong.stderr, wrong.stderr
+        rated = navi(environ, "chat", "--incognito", "--rate", "down", "--session", hidden_id)
+        assert rated.returncode == 0 and f"Rated turn 1 of session {hidden_id}" in rated.stdout
+        assert [f.read_bytes() for f in files] == before  # nothing written
     finally:
         navi(environ, "daemon", "stop")
         fake.stop()

@@ -310,6 +310,12 @@ def _rate(args: argparse.Namespace) -> int:
     if args.message:
         error("--rate rates a reply and sends nothing: leave out the message")
         return 2
+    if args.incognito and args.session is None:  # the latest listed is a stored session
+        error(
+            "--rate --incognito needs --session ID, the id `navi chat --incognito` printed:"
+            " incognito sessions are never listed"
+        )
+        return 2
 
     async def main() -> Any:
         async with await _client() as client:
@@ -320,7 +326,12 @@ def _rate(args: argparse.Namespace) -> int:
                     return None
                 session = latest[0]["id"]
             params = _params(
-                args, session_id=session, message_id=args.reply, rating=args.rate, note=args.note
+                args,
+                session_id=session,
+                message_id=args.reply,
+                rating=args.rate,
+                note=args.note,
+                incognito=True if args.incognito else None,
             )
             return await client.call("chat.rate", params)
 

@@ -28,6 +28,9 @@ class ChatRate(ProfileParams):
     message_id: RowId | None = None  # None: the session's last reply
     rating: Literal["up", "down"]
     note: Note | None = None
+    # True: only an incognito session's turn is rated (in the daemon's memory); a stored
+    # session of that id is refused, never written.
+    incognito: bool | None = None
 
 
 class ChatRatings(ProfileParams):
@@ -51,6 +54,11 @@ async def rate(service: Service, params: ChatRate, peer: Any) -> dict[str, Any]:
     session = service.incognito_session(params.session_id)
     if session is not None:
         return _rate_incognito(session, params).to_dict() | {"incognito": True}
+    if params.incognito:
+        raise NotFound(
+            f"no incognito session with id {params.session_id!r} (ended, or the daemon restarted);"
+            " nothing was rated"
+        )
     profile = service.profile(params.profile)
     store = await service.store(profile)
     rating = await store.rate_reply(
