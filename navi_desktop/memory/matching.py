@@ -4,8 +4,10 @@ A value matches text when, after both are normalised, the value's words appear i
 the same order as whole words:
 
 * normalised = NFKC, case-folded, curly quotes made straight, characters drawn as nothing
-  (a soft hyphen, a zero-width space) dropped; a run of spaces (any kind) is one space, and
-  punctuation at the value's ends is dropped ("Bob." matches "bob");
+  (a soft hyphen, a zero-width space) dropped, accents off Latin letters (as the search index
+  folds them: "Zoë" matches "zoe", so no variant that a search finds is left); a run of spaces
+  (any kind) is one space, and punctuation at the value's ends is dropped ("Bob." matches
+  "bob");
 * whole words = no letter or digit right before or after the match ("Bob" matches "Bob's" and
   "(bob)", not "Bobby" or "kebob"). Text without spaces between words (Chinese, Japanese) has
   no boundaries to check, so there a value matches inside longer runs.
@@ -37,6 +39,7 @@ COMMON_WORDS = STOPWORDS | frozenset(
 )
 _QUOTES = (("\u2018", "'"), ("\u2019", "'"), ("\u201c", '"'), ("\u201d", '"'), ("`", "'"))
 _CJK_EDGE = re.compile(f"[{_CJK}]")
+_ACCENTS = re.compile("(?<=[a-z])[\u0300-\u036f]+")  # combining marks on a Latin letter
 
 
 def _straight(text: str) -> str:
@@ -47,16 +50,30 @@ def _straight(text: str) -> str:
     return text
 
 
+def _bare(text: str) -> str:
+    """``text`` (case-folded) without accents on Latin letters, as the search index's
+    tokenizer drops them (remove_diacritics): other scripts' marks are part of their words."""
+    if text.isascii():
+        return text
+    decomposed = unicodedata.normalize("NFD", text)
+    return unicodedata.normalize("NFC", _ACCENTS.sub("", decomposed))
+
+
 def fold(text: str) -> str:
     """One piece of text in the matching form (no position bookkeeping)."""
     if text.isascii():
         return _straight(text.lower())
-    return _straight(IGNORABLE.sub("", unicodedata.normalize("NFKC", text).casefold()))
+    return _straight(_bare(IGNORABLE.sub("", unicodedata.normalize("NFKC", text).casefold())))
+
+
+def _phrase_form(value: str) -> str:
+    # Accents kept: forgotten phrases were hashed in this form, and must still be found.
+    return _straight(normalize(value))
 
 
 def needle_form(value: str) -> str:
     """A value as it is matched: normalised, quotes straight, single spaces."""
-    return _straight(normalize(value))
+    return _bare(_phrase_form(value))
 
 
 def broad_reason(value: str) -> str | None:
@@ -196,7 +213,7 @@ class Matcher:
 def phrases(text: str, lengths: Iterable[int]) -> set[str]:
     """Every run of ``n`` consecutive words of ``text``, for each ``n`` in ``lengths``, in the
     form forgotten phrases are hashed in (see ``phrase_of``)."""
-    words = tokens(needle_form(text))
+    words = tokens(_phrase_form(text))
     out: set[str] = set()
     for n in set(lengths):
         for i in range(len(words) - n + 1):
@@ -206,4 +223,4 @@ def phrases(text: str, lengths: Iterable[int]) -> set[str]:
 
 def phrase_of(value: str) -> str:
     """The words of a forgotten value, as its phrase tombstone is hashed."""
-    return " ".join(tokens(needle_form(value)))
+    return " ".join(tokens(_phrase_form(value)))
