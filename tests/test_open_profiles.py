@@ -98,10 +98,10 @@ async def test_the_status_while_profiles_open_is_not_an_internal_error(
         asked, go_on = asyncio.Event(), asyncio.Event()
         answer = first.pending_status
 
-        async def slow() -> tuple[int, str | None]:  # the status is in its loop over profiles
+        async def slow(*args: object) -> tuple[int, str | None]:  # in the loop over profiles
             asked.set()
             await go_on.wait()
-            return await answer()
+            return await answer(*args)
 
         monkeypatch.setattr(first, "pending_status", slow)
         status = asyncio.ensure_future(service.status({}, Peer()))

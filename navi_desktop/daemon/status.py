@@ -29,7 +29,8 @@ async def daemon_status(service: Service) -> dict[str, Any]:
         try:
             # A long write (an import) holds the file: status answers without it, where
             # it waited behind it and a client took the silence for a daemon gone.
-            n, r = await asyncio.wait_for(store.pending_status(), STATUS_WAIT_S)
+            going = [sid for (profile, sid) in service._timers if profile == name]
+            n, r = await asyncio.wait_for(store.pending_status(going), STATUS_WAIT_S)
         except TimeoutError:
             busy.append(name)
             continue

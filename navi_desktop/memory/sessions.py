@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -183,12 +184,19 @@ class SessionOps:
             )
         return [Session.from_row(r) for r in rows]
 
-    async def pending_status(self: Store) -> tuple[int, str | None]:
-        """How many sessions wait for a retry, and the most recent reason."""
+    async def pending_status(self: Store, open_ids: Sequence[str] = ()) -> tuple[int, str | None]:
+        """How many sessions wait to be processed, and the most recent reason: those pending a
+        retry, and those with unprocessed messages that are not ``open_ids`` (still going):
+        an end that failed before even "pending" could be saved (a full disk) left its
+        session open, which was counted as neither open nor waiting."""
+        others = f" AND s.id NOT IN ({', '.join('?' * len(open_ids))})" if open_ids else ""
         async with self.db.reading():
             row = await self.db.fetchone(
                 "SELECT count(*), (SELECT pending_reason FROM sessions WHERE state = 'pending'"
-                " ORDER BY last_active_at DESC LIMIT 1) FROM sessions WHERE state = 'pending'"
+                " ORDER BY last_active_at DESC LIMIT 1) FROM sessions s WHERE (s.state ="
+                " 'pending' OR EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id"
+                f" AND m.id > s.processed_upto)){others}",
+                list(open_ids),
             )
         return int(row[0]), row[1]
 

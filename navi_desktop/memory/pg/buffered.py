@@ -300,9 +300,9 @@ class BufferedStore:
     async def sessions_to_process(self, *args: Any, **kwargs: Any) -> list[Any]:
         return await self._or_nothing("sessions_to_process", [], *args, **kwargs)
 
-    async def pending_status(self) -> tuple[int, str | None]:
+    async def pending_status(self, open_ids: Any = ()) -> tuple[int, str | None]:
         # The server away is the profile's own error in daemon.status (daemon/remote.py).
-        return await self._or_nothing("pending_status", (0, None))
+        return await self._or_nothing("pending_status", (0, None), open_ids)
 
     async def _or_nothing(self, method: str, nothing: Any, *args: Any, **kwargs: Any) -> Any:
         try:
