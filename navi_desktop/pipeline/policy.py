@@ -81,6 +81,11 @@ class Conversation:
         return "assistant"
 
 
+def asks_to_remember(message: str) -> bool:
+    """The message asks Navi to remember ("remember that…", "keep in mind…")."""
+    return bool(_EXPLICIT.search(message))
+
+
 def is_sensitive(category: str | None, key: str, value: str) -> bool:
     if category in SENSITIVE_CATEGORIES:
         return True

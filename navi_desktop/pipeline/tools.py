@@ -16,8 +16,14 @@ from navi_desktop.expiry import in_days
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.models import CATEGORIES, KINDS
+from navi_desktop.pipeline.policy import asks_to_remember, is_sensitive
 from navi_desktop.pipeline.tool_args import BadArguments, fit_arguments
-from navi_desktop.pipeline.user_intent import asks_to_correct, asks_to_forget, evidence_for
+from navi_desktop.pipeline.user_intent import (
+    asks_to_correct,
+    asks_to_forget,
+    evidence_for,
+    states_value,
+)
 
 if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
@@ -172,12 +178,16 @@ class MemoryTools:
         if kind not in ("fact", "rule"):
             return {"error": "kind must be fact or rule"}
         expires = None if expires_days is None else in_days(expires_days, "expires_days")
+        category = (category or "other") if kind == "fact" else None
+        held = _held_why(await self._user_request(), kind, category, key or "", str(value))
         result = await self.store.add_memory(
             str(value),
             kind=kind,
             key=key or None,
-            category=(category or "other") if kind == "fact" else None,
-            source="user_explicit",
+            category=category,
+            source="conversation" if held == UNASKED else "user_explicit",
+            status="held" if held else "active",
+            review_reason=held,
             session_id=self.session_id,
             actor="assistant",  # a tool call never lifts a tombstone: only the user, by hand
             expires_at=expires,
@@ -185,6 +195,9 @@ class MemoryTools:
         if result.memory is None:
             return {"saved": False, "reason": result.action, "message": FORGOTTEN}
         self.changed.append(result.memory.id)
+        if result.memory.status == "held":  # this save's, or that of the same one held before
+            why = result.memory.review_reason
+            return {"saved": False, "held_for_review": True, "id": result.memory.id, "why": why}
         return {"saved": True, "id": result.memory.id, "action": result.action}
 
     async def _memory_confirm(self, id: int) -> dict[str, Any]:
@@ -286,3 +299,20 @@ def _clip(text: str, limit: int = 300) -> str:
 
 def _json(data: dict[str, Any]) -> str:
     return json.dumps(data, ensure_ascii=False)
+
+
+UNASKED = "saved by the model, not said by you: it waits for your review"
+SENSITIVE = "sensitive (health, relationships, money, identity): it waits for your review"
+
+
+def _held_why(request: str, kind: str, category: str | None, key: str, value: str) -> str | None:
+    """Why a save the model made waits for the user's review, or None to keep it now. The
+    model saved rules and health facts nobody asked for, as the user's own: only what the
+    user's last message says (or asks to remember) is theirs, and a sensitive fact they did
+    not ask to remember waits, as it does when learned at a session's end."""
+    asked = asks_to_remember(request)
+    if not (asked or states_value(request, value)):
+        return UNASKED
+    if kind == "fact" and not asked and is_sensitive(category, key, value):
+        return SENSITIVE
+    return None
