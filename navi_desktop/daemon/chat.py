@@ -62,10 +62,11 @@ async def _stream(
     emit: Emit,
     session_id: str,
     transcript: list[dict[str, Any]],
+    parts: list[str],
     reply_tokens: int | None = None,
 ) -> tuple[str, Done | None, bool]:
-    """Stream the reply to ``emit``; returns (reply text, last Done, cancelled)."""
-    parts: list[str] = []
+    """Stream the reply to ``emit``; returns (reply text, last Done, cancelled). ``parts``
+    holds what came of the reply so far: the caller's, for when the stream fails."""
     done: Done | None = None
     # A cap on the reply, and a context that holds the prompt (else the server cuts it).
     messages, options = await backend.chat_request(model, messages, reply_tokens)
@@ -84,7 +85,10 @@ async def _stream(
             async for event in stream:
                 if isinstance(event, ContentDelta | ThinkingDelta) and room is not None:
                     room -= len(event.text)
-                    if room < 0:
+                    if room < 0:  # what fits of this delta is kept: one delta may be all of it
+                        if isinstance(event, ContentDelta) and (fits := event.text[:room]):
+                            parts.append(fits)
+                            await emit("chat.delta", {"session_id": session_id, "text": fits})
                         done = Done(model, done_reason="length")
                         break
                 if isinstance(event, ContentDelta):
@@ -99,7 +103,7 @@ async def _stream(
                             "meta": {"tool_calls": calls},
                         }
                     )
-                    parts = []
+                    parts.clear()
                     await emit("chat.tool", {"session_id": session_id, "calls": calls})
                 elif isinstance(event, ToolResult):
                     step: dict[str, Any] = {
@@ -164,15 +168,19 @@ async def run_turn(
     await store.record_injections(session_id, user.id, ctx.injections)
     tools = MemoryTools(store, session_id) if use_tools else None
     steps: list[dict[str, Any]] = []
+    parts: list[str] = []
+    failed: Exception | None = None
     try:
         reply, done, cancelled = await _stream(
-            backend, model, ctx.messages, tools, emit, session_id, steps, reply_tokens
+            backend, model, ctx.messages, tools, emit, session_id, steps, parts, reply_tokens
         )
+    except Exception as exc:  # the server failed mid-reply: a dropped connection, a stall
+        failed, reply, done, cancelled = exc, "".join(parts), None, False
     finally:
         # Tool calls and results belong in the transcript (extraction reads them), even when
-        # the reply failed or was cancelled.
-        # Saved after the reply: what a forget took meanwhile (the user's, or the model's own
-        # memory_forget) is redacted from them as the forget's scrub would have.
+        # the reply failed or was cancelled. Saved after the reply: what a forget took
+        # meanwhile (the user's, or the model's own memory_forget) is redacted from them as
+        # the forget's scrub would have.
         for step in steps:
             await store.save_message(
                 session_id,
@@ -182,6 +190,13 @@ async def run_turn(
                 meta=step.get("meta"),
                 said_at=user.created_at,
             )
+    if failed is not None:  # what the user saw of it is kept, as a stopped reply's is
+        if reply.strip():
+            meta = {"model": model, "failed": True}
+            await store.save_message(
+                session_id, "assistant", reply, meta=meta, said_at=user.created_at
+            )
+        raise failed
     meta: dict[str, Any] = {"model": model}
     if done is not None:
         meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
@@ -226,9 +241,15 @@ async def run_incognito_turn(
     """A turn that touches no file: the transcript lives in ``session`` only; memory is read
     (never written) only when the session allows it. No memory tools: they would write."""
     ctx = await session.context(store, text, context)
-    reply, done, cancelled = await _stream(
-        backend, model, ctx.messages, None, emit, session.id, [], reply_tokens
-    )
+    parts: list[str] = []
+    try:
+        reply, done, cancelled = await _stream(
+            backend, model, ctx.messages, None, emit, session.id, [], parts, reply_tokens
+        )
+    except Exception:  # kept in the session's memory, as in a stored session
+        if "".join(parts).strip():
+            session.add_turn(text, "".join(parts))
+        raise
     session.add_turn(text, reply)
     return TurnResult(
         session.id, reply, None, None, len(ctx.injections), cancelled, cut=_was_cut(done)
