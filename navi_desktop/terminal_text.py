@@ -11,12 +11,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# C0/C1 control characters (and DEL), all but tab and newline.
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0/C1 control characters (and DEL), all but tab and newline; and the bidirectional
+# embeddings, overrides and isolates, which reorder what is drawn after them: a reply could
+# show a line that reads otherwise than it is ("Trojan Source").
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 # One of them in a JSON frame, escaped or as UTF-8, or half a character (only ever escaped):
 # a frame without any needs no walk.
 FRAME_CONTROL = re.compile(
     rb"\\u00[0189][0-9a-fA-F]|\\u007[fF]|\x7f|\xc2[\x80-\x9f]|\\u[dD][89a-fA-F]"
+    rb"|\\u20(?:2[a-eA-E]|6[6-9])|\xe2\x80[\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
 )
 
 

@@ -18,9 +18,10 @@ from tests.fake_ollama import Reply
 from tests.test_tui_inspector import highlight, inspector
 from tests.tui_support import SIZE, Daemon, until
 
-# The window title, the clipboard (OSC 52), a cleared screen, and a C1 CSI (red text).
-INJECTED = "\x1b]0;pwned\x07 \x1b]52;c;aGk=\x07 \x1b[2J \x9b31m"
-HARMFUL = ("\x1b]0;", "\x1b]52;", "\x1b[2J", "\x9b", "\x07")
+# The window title, the clipboard (OSC 52), a cleared screen, a C1 CSI (red text), and a
+# right-to-left override that draws what follows reversed.
+INJECTED = "\x1b]0;pwned\x07 \x1b]52;c;aGk=\x07 \x1b[2J \x9b31m \u202egnp.exe\u202c"
+HARMFUL = ("\x1b]0;", "\x1b]52;", "\x1b[2J", "\x9b", "\x07", "\u202e")
 
 
 def on_terminal(app: NaviApp) -> str:
@@ -79,7 +80,7 @@ async def test_a_paste_reaches_the_prompt_and_the_search_without_escapes(daemon:
         app.post_message(events.Paste(f"one {INJECTED}\r\ntwo\rthree\tfour"))
         prompt = app.screen.query_one("#prompt", TextArea)
         await until(pilot, lambda: "three" in prompt.text)
-        assert prompt.text == "one ?]0;pwned? ?]52;c;aGk=? ?[2J ?31m\ntwo\nthree\tfour"
+        assert prompt.text == "one ?]0;pwned? ?]52;c;aGk=? ?[2J ?31m ?gnp.exe?\ntwo\nthree\tfour"
         assert harmless(on_terminal(app))
 
 
@@ -110,6 +111,7 @@ async def test_a_client_that_shows_text_gets_it_safe_answers_and_errors(daemon: 
         ("plain text", "plain text"),
         ("tab\tand\nnewline", "tab\tand\nnewline"),
         ("\x1b[2J\x00\x7f\x9b", "?[2J???"),
+        ("a\u202eb\u2066c\u2069 \u200f", "a?b?c? \u200f"),  # bidi overrides; a mark stays
         ({"k\x1b": ["a\x07", 1, None, {"n": "\x85"}]}, {"k?": ["a?", 1, None, {"n": "?"}]}),
         ("/home/h\udce9l\u00e8ne", "/home/h\ufffdl\u00e8ne"),  # a name's byte not UTF-8
     ],
