@@ -13,6 +13,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,16 +97,22 @@ class CopyScrubOps:
             log.warning("the copies' note kept for a retry: %s", exc)  # retry finds no more
 
     async def _copies(self: MemoryStore) -> list[Path]:
-        """The profile's copies: its backups and any file a restore kept aside."""
-        from navi_desktop.memory.backup import list_backups
+        """The profile's copies: its backups (damaged ones too: each is tried, and one that
+        cannot be scrubbed is reported) and any file a restore kept aside. Only regular files:
+        a link there is never followed (before, a forget rewrote the file it pointed to). The
+        temporary copies a killed backup or restore left are removed first (backup.py)."""
+        from navi_desktop.memory.backup import backup_files, remove_leftovers
 
         running = getattr(self.db, "_backup", None)  # a daily backup being made right now
         if running is not None:
             await running
 
         def copies() -> list[Path]:
-            beside = [p for p in self.path.parent.glob("*.db") if p.name != self.path.name]
-            return [*list_backups(self.path), *sorted(beside)]
+            remove_leftovers(self.path)
+            beside = [
+                p for p in self.path.parent.glob("*.db") if p.name != self.path.name and _regular(p)
+            ]
+            return [*backup_files(self.path), *sorted(beside)]
 
         return await asyncio.to_thread(copies)
 
@@ -173,3 +181,11 @@ class CopyScrubOps:
                 needles = needles(rows, scope)
             await self._forget_rows(rows, *needles)
         return True
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a link to one (a link is never followed out of the folder)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False

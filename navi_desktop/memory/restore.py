@@ -6,26 +6,46 @@ SQLite's integrity check); a bad one changes nothing. It is copied beside the pr
 under a temporary name, the current file is kept as ``memory.before-restore-<UTC time>.db``
 (with its WAL, if any), and one rename puts the copy in place: at every moment the profile's
 path holds either the old file or the new one. The daemon closes the profile first.
+
+What the current file forgot after the backup was made is forgotten again in the copy before
+it goes in place (``forget_again``): before, restoring an older backup brought forgotten
+memories back without a word, while an import of the same memories was refused.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
-import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlean
 
-from navi_desktop.errors import DiskFull, InvalidInput, ProfileError
-from navi_desktop.memory.backup import RESERVE_BYTES, _sync_folder, copy_database
+from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileError
+from navi_desktop.memory.backup import (
+    RESERVE_BYTES,
+    _sync_folder,
+    copy_database,
+    incoming_name,
+    remove_leftovers,
+    writing_in,
+)
 from navi_desktop.memory.failures import free_bytes, megabytes
-from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, probe, read_only
+from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, probe, read_only
+from navi_desktop.memory.matching import phrase_of, phrases
 from navi_desktop.memory.migrations import check_schema
+from navi_desktop.memory.textproc import keyed_hash
 from navi_desktop.paths import ensure_private_dir
+
+if TYPE_CHECKING:
+    from navi_desktop.memory.store import MemoryStore
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,6 +54,9 @@ class Restored:
     source: Path
     side_copy: Path | None
     memories: int
+    forgotten_again: int = 0  # memories the current file had forgotten since the backup
+    redacted_again: int = 0  # messages that still said what it had forgotten
+    not_compared: str | None = None  # why the current file's forgets could not be read
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +64,9 @@ class Restored:
             "restored_from": str(self.source),
             "side_copy": str(self.side_copy) if self.side_copy else None,
             "memories": self.memories,
+            "forgotten_again": self.forgotten_again,
+            "redacted_again": self.redacted_again,
+            "not_compared": self.not_compared,
         }
 
 
@@ -73,7 +99,8 @@ def check_backup(backup: Path) -> int:
 
 
 def restore_file(backup: Path, path: Path) -> Restored:
-    """Put a copy of ``backup`` at ``path`` (nothing may have ``path`` open). Blocking."""
+    """Put a copy of ``backup`` at ``path`` (nothing may have ``path`` open), less what the
+    current file forgot since. Blocking (a thread's work: it runs its own event loop)."""
     backup, path = Path(backup).absolute(), Path(path)
     memories = check_backup(backup)
     ensure_private_dir(path.parent)
@@ -84,30 +111,198 @@ def restore_file(backup: Path, path: Path) -> Restored:
             f"not enough space to restore: {megabytes(free)} MB free in {path.parent},"
             f" about {megabytes(need)} MB needed; nothing was changed"
         )
+    remove_leftovers(path)  # what a killed restore or backup left: a full copy each
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    incoming = path.with_name(f".{path.name}.restore-{secrets.token_hex(4)}.tmp")
-    copy_database(backup, incoming)
     wal, shm = (path.with_name(path.name + s) for s in ("-wal", "-shm"))
-    side: Path | None = None
-    side_wal: Path | None = None
-    try:
-        if path.exists():
-            side = path.with_name(f"{path.stem}.before-restore-{stamp}.db")
-            os.link(path, side)
-            if wal.exists() and wal.stat().st_size > 0:
-                side_wal = side.with_name(side.name + "-wal")
-                os.link(wal, side_wal)  # the WAL belongs with its file: kept together
-        # The old file's WAL and index must not be applied to the new one.
-        for stale in (wal, shm):
-            with contextlib.suppress(FileNotFoundError):
-                stale.unlink()
-        os.replace(incoming, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            incoming.unlink()
-        if side_wal is not None and not wal.exists():
-            with contextlib.suppress(OSError):
-                os.link(side_wal, wal)
-        raise
+    with writing_in(path.parent):  # the copy's temporary name is no leftover meanwhile
+        incoming = incoming_name(path)
+        copy_database(backup, incoming)
+        side: Path | None = None
+        side_wal: Path | None = None
+        try:
+            again = forget_again(incoming, path)
+            if path.exists():
+                side = path.with_name(f"{path.stem}.before-restore-{stamp}.db")
+                os.link(path, side)
+                if wal.exists() and wal.stat().st_size > 0:
+                    side_wal = side.with_name(side.name + "-wal")
+                    os.link(wal, side_wal)  # the WAL belongs with its file: kept together
+            # The old file's WAL and index must not be applied to the new one.
+            for stale in (wal, shm):
+                with contextlib.suppress(FileNotFoundError):
+                    stale.unlink()
+            os.replace(incoming, path)
+        except BaseException:
+            for leftover in (incoming, *(incoming.with_name(incoming.name + s) for s in SIDES)):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            if side_wal is not None and not wal.exists():
+                with contextlib.suppress(OSError):
+                    os.link(side_wal, wal)
+            raise
     _sync_folder(path.parent)
-    return Restored(path, backup, side, memories)
+    return Restored(path, backup, side, memories - again.forgotten, *again.result())
+
+
+# -- what the current file forgot since the backup was made --------------------------------------
+
+SIDES = ("-journal", "-wal", "-shm")
+PAGE = 2000  # messages read at a time
+Forgets = tuple[str, list[Any], list[Any]]  # tombstone key, tombstones, forgotten phrases
+
+
+@dataclass
+class Again:
+    """The forgets a restore applies again to its copy, found by the current file's keyed
+    hashes (as an import finds what it must not bring back): never text."""
+
+    everywhere: list[int] = field(default_factory=list)  # memories forgotten with every mention
+    evidence: list[int] = field(default_factory=list)  # forgotten with their quotes only
+    phrases: set[str] = field(default_factory=set)  # forgotten words found in the copy's texts
+    forgotten: int = 0
+    redacted: int = 0
+    not_compared: str | None = None
+
+    def result(self) -> tuple[int, int, str | None]:
+        return self.forgotten, self.redacted, self.not_compared
+
+
+def forget_again(incoming: Path, path: Path) -> Again:
+    """Forget again, in the copy ``incoming``, what the file at ``path`` forgot after the
+    backup was made; with the same tombstone key (a backup of this profile), the copy also
+    gets the file's tombstones, so an import cannot bring them back later either."""
+    try:  # none: no file there yet, or a new empty one, which forgot nothing
+        forgets = _forgets(path) if identity(path) and os.path.getsize(path) else None
+    except (sqlean.Error, OSError, NaviError) as exc:
+        why = f"{path} could not be read ({exc}), so what it forgot since is not forgotten again"
+        log.warning("restore: %s", why)
+        return Again(not_compared=why)
+    if forgets is None or not (forgets[1] or forgets[2]):
+        return Again()
+    again = asyncio.run(_apply(incoming, forgets))
+    if again.forgotten or again.redacted:
+        log.info(
+            "restore of %s: forgotten since, forgotten again: %d memories, %d messages redacted",
+            path,
+            again.forgotten,
+            again.redacted,
+        )
+    return again
+
+
+def _forgets(path: Path) -> Forgets:
+    conn = read_only(path)
+    try:
+        key = conn.execute("SELECT value FROM meta WHERE key = 'tombstone_key'").fetchone()[0]
+        tombs = conn.execute("SELECT fact_hash, value_hash, kind, created_at FROM tombstones")
+        gone = conn.execute("SELECT hash, words, created_at FROM forgotten_phrases")
+        return key, [tuple(t) for t in tombs], [tuple(p) for p in gone]
+    finally:
+        conn.close()
+
+
+async def _apply(incoming: Path, forgets: Forgets) -> Again:
+    """The forgets in the copy (opened, so brought to this schema), as a forget carries itself
+    into a backup."""
+    from navi_desktop.memory.matching import Matcher, needle_form
+    from navi_desktop.memory.store import MemoryStore
+
+    copy = await MemoryStore.open(incoming, create=False)
+    copy.is_copy = True
+    try:
+        async with copy.db.transaction():
+            again, tombs, new = await _compare(copy, forgets)
+            gone: list[int] = []
+            for scope, ids in (("everywhere", again.everywhere), ("evidence", again.evidence)):
+                marks = ",".join("?" * len(ids))
+                rows = await copy.db.fetchall(f"SELECT * FROM memories WHERE id IN ({marks})", ids)
+                if rows:
+                    went, counts = await copy._forget_rows(rows, *copy._needles_for(rows, scope))
+                    gone, again.redacted = gone + went, again.redacted + counts.messages
+            if again.phrases:
+                same = {needle_form(p) for p in again.phrases}
+                went, counts = await copy._forget_rows([], Matcher.of(again.phrases), same)
+                gone, again.redacted = gone + went, again.redacted + counts.messages
+            await copy.db.executemany(
+                "INSERT OR IGNORE INTO tombstones (fact_hash, value_hash, kind, created_at)"
+                " VALUES (?, ?, ?, ?)",
+                tombs,
+            )
+            await copy.db.executemany(
+                "INSERT OR IGNORE INTO forgotten_phrases (hash, words, created_at)"
+                " VALUES (?, ?, ?)",
+                new,
+            )
+        again.forgotten = len(set(gone))
+        if (again.everywhere or again.evidence or again.phrases) and (
+            why := await copy._purge_free_space(gone)
+        ):
+            raise NaviError(f"the copy's old pages still hold what was forgotten: {why}")
+        await copy.db.execute("PRAGMA journal_mode = DELETE")  # as a backup is made
+    finally:
+        await copy.close()
+    return again
+
+
+async def _compare(copy: MemoryStore, forgets: Forgets) -> tuple[Again, list[Any], list[Any]]:
+    """What of ``forgets`` the copy still holds, and the tombstones and phrases to carry into
+    it (none when its key differs: another profile's hashes would match nothing there)."""
+    key, tombs, gone_phrases = forgets
+    again = Again()
+    if key == await copy.db.scalar("SELECT value FROM meta WHERE key = 'tombstone_key'"):
+        known = {r[0] for r in await copy.db.fetchall("SELECT fact_hash FROM tombstones")}
+        said = {r[0] for r in await copy.db.fetchall("SELECT hash FROM forgotten_phrases")}
+        tombs = [t for t in tombs if t[0] not in known]  # only what it forgot since
+        new = [p for p in gone_phrases if p[0] not in said]
+        carry = tombs, new
+    else:
+        new, carry = gone_phrases, ([], [])
+    secret = bytes.fromhex(key)
+
+    def hashed(phrase: str) -> str:
+        return keyed_hash(secret, f"phrase\x1f{phrase}")
+
+    facts, values = {t[0] for t in tombs}, {t[1] for t in tombs}
+    every = {p[0] for p in gone_phrases}
+    wanted = {p[0]: p[1] for p in new}  # hash: words
+    rows = "SELECT id, kind, norm_key, value, evidence FROM memories"
+    for row in await copy.db.fetchall(rows) if facts else ():
+        kind, value = row["kind"], row["value"]
+        value_hash = keyed_hash(secret, f"{kind}\x1f{value}")
+        fact_hash = value_hash
+        if row["norm_key"]:
+            fact_hash = keyed_hash(secret, f"{kind}\x1f{row['norm_key']}\x1f{value}")
+        if fact_hash in facts or value_hash in values:
+            whole = hashed(phrase_of(value)) in every
+            (again.everywhere if whole else again.evidence).append(row["id"])
+            # Its own forget below matches these: no need to look for them in every text.
+            for said in (value if whole else None, row["evidence"]):
+                if said:
+                    wanted.pop(hashed(phrase_of(said)), None)
+    # Words forgotten everywhere may be in the copy without their memory (learned after it):
+    # every text is read for them, a keyed hash per run of words (~2 s for 10,000 messages).
+    if lengths := set(wanted.values()):
+        async for text in _texts(copy):
+            for phrase in phrases(text, lengths):
+                if hashed(phrase) in wanted:
+                    again.phrases.add(phrase)
+    return again, *carry
+
+
+async def _texts(copy: MemoryStore) -> AsyncIterator[str]:
+    """Every text a forgotten phrase may be in: what the forget's scrub redacts."""
+    for row in await copy.db.fetchall(
+        "SELECT value, evidence FROM memories UNION ALL SELECT title, pending_reason FROM sessions"
+    ):
+        for text in row:
+            if text:
+                yield text
+    last = 0
+    while rows := await copy.db.fetchall(
+        "SELECT id, content, meta FROM messages WHERE id > ? ORDER BY id LIMIT ?", (last, PAGE)
+    ):
+        last = rows[-1]["id"]
+        for row in rows:
+            for text in (row["content"], row["meta"]):
+                if text:
+                    yield text

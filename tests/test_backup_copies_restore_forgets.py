@@ -1,0 +1,113 @@
+"""A restore forgets again what the profile forgot after the backup was made. Before, `navi
+memory backup --to ext.db; navi memory forget 1 --yes; navi memory restore --yes ext.db`
+brought the forgotten memory back without a word, while an import of the same memory was
+refused ("blocked (forgotten before)")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from navi_desktop.memory.backup import make_backup
+from navi_desktop.memory.restore import restore_file
+from navi_desktop.memory.store import MemoryStore
+from tests.copies_support import holds
+from tests.test_doctor_backup import db, values
+from tests.test_profile_errors import half
+from tests.tui_support import DEAD_HOST, Daemon, make_home
+
+SECRET = "zorbquux"
+
+
+async def _profile(path: Path, *, learned: bool = True) -> int | None:
+    """ "likes tea", a session that says the secret, and (``learned``) its memory."""
+    async with await MemoryStore.open(path) as store:
+        await store.add_memory("likes tea")
+        session = await store.create_session("chat")
+        await store.save_message(session.id, "user", f"remember: the vault code is {SECRET}")
+        if learned:
+            return (await store.add_memory(f"the vault code is {SECRET}")).memory.id
+    return None
+
+
+async def _learn_and_forget(path: Path) -> None:
+    async with await MemoryStore.open(path) as store:
+        added = await store.add_memory(f"the vault code is {SECRET}")
+        await store.forget(added.memory.id)
+
+
+def test_a_restore_forgets_again_what_was_forgotten_after_the_backup(cli, home, tmp_path):
+    memory_id = asyncio.run(_profile(db(home)))
+    ext, old_export = tmp_path / "ext.db", tmp_path / "old.json"
+    assert cli("backup", "--to", str(ext))[0] == 0
+    assert cli("export", "-o", str(old_export))[0] == 0
+    code, _, err = cli("forget", str(memory_id), "--yes")
+    assert code == 0, err
+
+    code, out, err = cli("--json", "restore", str(ext), "--yes")
+    assert code == 0, err
+    assert values(db(home)) == ["likes tea"]
+    assert not holds(db(home), SECRET)  # nor in the file's free pages
+    done = json.loads(out)
+    assert done["forgotten_again"] == 1 and done["redacted_again"] == 1, done
+    assert done["memories"] == 1
+    assert holds(ext, SECRET)  # the user's own file, as an export is: not Navi's to change
+    # The tombstones came along: an old export cannot bring it back either.
+    code, out, err = cli("import", str(old_export))
+    assert code == 0, err
+    assert "1 blocked (forgotten before)" in out
+    assert values(db(home)) == ["likes tea"]
+
+
+def test_words_forgotten_after_the_backup_go_where_their_memory_was_not_yet(tmp_path):
+    """The backup holds the conversation, not yet the memory learned from it."""
+    path = tmp_path / "profile" / "memory.db"
+    asyncio.run(_profile(path, learned=False))
+    ext = tmp_path / "ext.db"
+    make_backup(path, ext)
+    asyncio.run(_learn_and_forget(path))
+    done = restore_file(ext, path)
+    assert not holds(path, SECRET) and holds(ext, SECRET)
+    assert (done.forgotten_again, done.redacted_again) == (0, 1)
+
+
+def test_another_profile_s_backup_is_checked_against_this_one_s_forgets(tmp_path):
+    """Its tombstones have another key: the memories are looked up by this file's key."""
+    path, other = tmp_path / "mine" / "memory.db", tmp_path / "other" / "memory.db"
+    asyncio.run(_learn_and_forget(path))
+    asyncio.run(_profile(other))
+    done = restore_file(other, path)
+    assert values(path) == ["likes tea"] and not holds(path, SECRET)
+    assert done.forgotten_again == 1 and done.not_compared is None
+
+
+def test_a_damaged_current_file_is_restored_over_and_said_not_compared(tmp_path):
+    path = tmp_path / "profile" / "memory.db"
+    asyncio.run(_profile(path))
+    ext = tmp_path / "ext.db"
+    make_backup(path, ext)
+    half(path)
+    done = restore_file(ext, path)
+    assert done.memories == 2 and done.forgotten_again == 0
+    assert done.to_dict()["not_compared"].startswith(f"{path} could not be read (")
+
+
+async def test_a_restore_through_the_daemon_forgets_again(tmp_path):
+    paths = make_home(tmp_path, DEAD_HOST)
+    path = paths.profile_db("tester")
+    await _profile(path, learned=False)
+    daemon = await Daemon(paths).start()
+    try:
+        added = await daemon.call("memory.add", {"args": [f"the vault code is {SECRET}"]})
+        ext = tmp_path / "ext.db"
+        await asyncio.to_thread(make_backup, path, ext)
+        await daemon.call("memory.forget", {"args": [added["memory"]["id"]]})
+        done = await daemon.call("profile.restore", {"file": str(ext)})
+        assert (await daemon.call("memory.list"))["total"] == 1
+        found = await daemon.call("memory.search", {"args": [SECRET]})
+        assert SECRET not in json.dumps(found)
+        assert done["forgotten_again"] == 1 and done["memories"] == 1, done
+    finally:
+        await daemon.stop()
+    assert not holds(path, SECRET)
