@@ -37,6 +37,8 @@ CLOSE_S = 5.0
 
 
 class PgDatabase:
+    read_only = False  # as a file's Database says: a server's is always opened to write
+
     def __init__(self, pool: Any, dsn: str, query_s: float | None = QUERY_S) -> None:
         self.pool = pool
         self.dsn = dsn
