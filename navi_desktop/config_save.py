@@ -4,6 +4,7 @@ blank lines and unknown keys survive, and replace the file atomically (0600 in a
 
 from __future__ import annotations
 
+import errno
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 from navi_desktop.config import MAX_CONFIG_BYTES, InvalidSetting, SettingError, toml_error, unknown
 from navi_desktop.config_specs import KEYMAP_KEY, SPECS, BadValue, SettingSpec, key_string
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import DiskError, DiskFull, InvalidInput, NaviError
 from navi_desktop.fileio import read_regular, write_private_atomic
 from navi_desktop.paths import ensure_private_dir
 
@@ -60,7 +61,10 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
 
     values = _validate_changes(changes)
     path = Path(path)
-    ensure_private_dir(path.parent)
+    try:
+        ensure_private_dir(path.parent)
+    except OSError as err:
+        raise _not_written(err, path) from err
     target = path.resolve() if path.is_symlink() else path  # keep a dotfiles symlink a symlink
     try:
         old_text = read_regular(target, MAX_CONFIG_BYTES).decode("utf-8")
@@ -91,7 +95,40 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
     if new_text == old_text or (old_text is None and new_text == _HEADER):
         return  # nothing to change (e.g. unsetting keys of a file that does not exist)
     tomllib.loads(new_text)  # never write a file we could not read back
-    write_private_atomic(target, new_text)
+    try:
+        write_private_atomic(target, new_text)
+    except OSError as err:
+        raise _not_written(err, target) from err
+
+
+def _not_written(err: OSError, path: Path) -> NaviError:
+    """One line for a save the OS refused (the temp file is gone, the file unchanged): the
+    daemon answered a full disk with "internal error in settings.set: OSError"."""
+    from navi_desktop.memory.failures import free_bytes, megabytes
+
+    folder = path.parent
+    kept = "the settings were not changed"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        return DiskFull(
+            f"disk full: {megabytes(free_bytes(folder))} MB free in {folder}; {kept}: free"
+            " some space, then save again"
+        )
+    if err.errno == errno.EROFS:
+        return DiskError(
+            f"cannot write {path}: its file system is read-only; {kept}: mount it read-write"
+            " again, then save again"
+        )
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return NaviError(
+            f"cannot write {path}: permission denied; {kept}: give your user access to"
+            f" {folder} (e.g. `chmod u+rwx {folder}`), then save again"
+        )
+    reason = err.strerror or type(err).__name__
+    kind = DiskError if err.errno == errno.EIO else NaviError
+    return kind(
+        f"cannot write {path}: {reason[:1].lower() + reason[1:]}; {kept}: check {folder},"
+        " then save again"
+    )
 
 
 def _apply(doc: Any, section: str, name: str, value: Any, tomlkit: Any) -> None:

@@ -80,6 +80,7 @@ def test_a_fact_learned_in_conversations_is_gone_from_every_file(env):
     fake.script(Reply(f"{SECRET}, noted!"))  # an extraction answer that is not JSON
     failed = navi(environ, "end", "--session", session)
     assert "not processed yet" in failed.stdout  # the daemon logs why, quoting the model
+    assert failed.returncode == 1  # a script sees it (it exited 0)
     assert SECRET in (home / "state" / "daemon.log").read_text()
     assert "processed" in navi(environ, "end", "--session", session).stdout
     _, second = chat(environ, f"Please remember that my locker code is {SECRET}.")

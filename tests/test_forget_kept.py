@@ -153,7 +153,7 @@ def test_the_cli_preview_names_the_session_and_the_command(cli, home):
     assert json.loads(out)["preview"]["kept_sessions"] == []
 
 
-def test_the_command_given_deletes_the_session_in_that_profile(cli, home, capsys):
+def test_the_command_given_deletes_the_session_in_that_profile(cli, home, capsys, monkeypatch):
     # The default profile has a session of the same id: a command without the profile would
     # delete that one and leave alice's, which is what the preview said it would remove.
     from navi_desktop.cli.main import run
@@ -172,6 +172,7 @@ def test_the_command_given_deletes_the_session_in_that_profile(cli, home, capsys
     argv = shlex.split(command)
     assert argv[:3] == ["navi", "sessions", "delete"]
     capsys.readouterr()
+    monkeypatch.setenv("NAVI_DAEMON", "on")  # sessions live in the daemon: let it start
     try:
         assert run(argv[1:]) == 0  # through the daemon it starts
     finally:

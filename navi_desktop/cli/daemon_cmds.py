@@ -92,16 +92,28 @@ def _paths() -> Any:
     return Paths.from_env()
 
 
-async def _client() -> Any:
-    """A connected client; starts the daemon first when none answers."""
+async def _client(what: str = "this command") -> Any:
+    """A connected client; starts the daemon first when none answers, unless NAVI_DAEMON=off
+    (then a daemon already running is used, and none is started)."""
+    from navi_desktop.daemon.client import DaemonUnavailable
     from navi_desktop.daemon.main import connect
 
-    return await connect(_paths())
+    if os.environ.get("NAVI_DAEMON", "on") != "off":
+        return await connect(_paths())
+    try:
+        return await connect(_paths(), autostart=False)
+    except DaemonUnavailable:
+        # Before, it started one anyway, and a start that failed was said as if it mattered.
+        raise DaemonUnavailable(
+            f"{what} needs the daemon (sessions and chats live in it), which is not running,"
+            " and NAVI_DAEMON=off keeps navi from starting it: start it with `navi daemon"
+            " start`, or unset NAVI_DAEMON"
+        ) from None
 
 
-def _call(method: str, params: dict[str, Any]) -> Any:
+def _call(method: str, params: dict[str, Any], what: str = "this command") -> Any:
     async def main() -> Any:
-        async with await _client() as client:
+        async with await _client(what) as client:
             return await client.call(method, params)
 
     return asyncio.run(main())
@@ -245,7 +257,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
 
     async def main() -> Any:
-        client = await _client()
+        client = await _client("`navi chat`")
         if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
             from navi_desktop.ollama_host import host_note
 
@@ -349,7 +361,7 @@ def _rate(args: argparse.Namespace) -> int:
 
 def cmd_end(args: argparse.Namespace) -> int:
     params = _params(args, id=args.session, all=True if args.all else None)
-    reports = _call("sessions.end", params)
+    reports = _call("sessions.end", params, "`navi end`")
     if args.json:
         emit_json(reports)
         return 0
@@ -365,7 +377,8 @@ def cmd_end(args: argparse.Namespace) -> int:
             print(f"{r['session_id']}: {r['status']}" + (f" — {learned}" if learned else ""))
         for line in _dropped_lines(r):
             print(line)
-    return 0
+    # A script must see that not every session was processed (it is retried later).
+    return 1 if any(r["status"] == "pending" for r in reports) else 0
 
 
 def _dropped_lines(report: dict[str, Any]) -> list[str]:
@@ -383,7 +396,7 @@ def _dropped_lines(report: dict[str, Any]) -> list[str]:
 def cmd_sessions(args: argparse.Namespace) -> int:
     action = args.action
     params = _params(args, id=getattr(args, "id", None), title=getattr(args, "title", None))
-    result = _call(f"sessions.{action}", params)
+    result = _call(f"sessions.{action}", params, f"`navi sessions {action}`")
     if args.json:
         emit_json(result)
         return 0

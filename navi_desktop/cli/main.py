@@ -18,7 +18,13 @@ import sys
 from pathlib import Path
 
 from navi_desktop import __version__
-from navi_desktop.cli.output import bytes_through, error
+from navi_desktop.cli.output import (
+    OutputError,
+    bytes_through,
+    error,
+    output_failure,
+    whole_stdout,
+)
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError
 
 
@@ -171,11 +177,19 @@ def run(argv: list[str] | None = None) -> int:
         handler = run_app
     try:
         check_text(args)
+        if handler is not run_app:  # the app draws on the terminal itself
+            whole_stdout()
         bytes_through()
+        _check_folders()
         if handler is not run_app:  # the app shows config.toml's problems in its banner
             apply_app_options(args)
             _warn_config()
-        return handler(args)
+        try:
+            return handler(args)
+        finally:
+            if sys.stdout is not None:  # None: started with stdout closed
+                # Here, in the net: a flush that fails at exit is only a warning, exit 0.
+                sys.stdout.flush()
     except (InvalidInput, CorruptDatabase) as err:  # the request itself is wrong
         error(str(err))
         return 2
@@ -190,12 +204,29 @@ def run(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # The reader went away (``navi memory list | head``): stop quietly.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        _drop_output()
+        return 1
+    except OutputError as err:  # a full disk under `navi memory export > file`
+        error(output_failure(err))
+        _drop_output()
         return 1
     except OSError as err:  # a net under every command: one line, never a traceback
         error(os_error_line(err))
         return 1
+
+
+def _check_folders() -> None:
+    """Navi's folders another user could have put in place (paths.check_own_folders)."""
+    from navi_desktop.paths import Paths, check_own_folders
+
+    check_own_folders(Paths.from_env())
+
+
+def _drop_output() -> None:
+    """Send what is still buffered for stdout to /dev/null: its flush at exit would fail
+    again, with a warning after the line that said why."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass

@@ -363,7 +363,10 @@ def cmd_show(args: argparse.Namespace) -> int:
         m = await store.get(args.id)
         return m, await store.versions(m.id), await store.history(args.id)
 
-    m, versions, history = with_store(args, work, unknown=f"no memory with id {args.id}")
+    # A look: on a read-only disk the file is read without writing to it or beside it.
+    m, versions, history = with_store(
+        args, work, unknown=f"no memory with id {args.id}", reads=True
+    )
     if wants_json(args):
         emit_json(
             {

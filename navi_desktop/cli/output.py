@@ -6,10 +6,14 @@ Standard library only, so importing it costs nothing at startup.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
+import os
 import re
+import select
 import shutil
+import stat
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -45,6 +49,89 @@ def bytes_through() -> None:
         if reconfigure is not None:
             with contextlib.suppress(io.UnsupportedOperation):  # already read from: as it is
                 reconfigure(errors="surrogateescape")
+
+
+class OutputError(Exception):
+    """Standard output refused a write (a full disk, an I/O error): what the command printed
+    is cut short. Not an OSError, which a command could take for a failure of its own file."""
+
+    def __init__(self, err: OSError) -> None:
+        super().__init__(err.strerror or str(err))
+        self.errno = err.errno
+
+
+class _WholeWrites(io.FileIO):
+    """Standard output that writes all it is given, or raises OutputError. Python's own drops
+    what a short write left (PYTHONUNBUFFERED: an export to a nearly full disk was cut at its
+    size, exit 0), and a flush that fails at exit is only warned about."""
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                n = super().write(view[done:])
+            except BrokenPipeError:  # the reader went away: not an error (see cli.main)
+                raise
+            except OSError as exc:
+                raise OutputError(exc) from None
+            if n is None:  # a non-blocking stdout that is full: wait until it takes more
+                select.select([], [self], [])
+                continue
+            done += n
+        return done
+
+
+def whole_stdout() -> None:
+    """Put ``sys.stdout`` through ``_WholeWrites``, keeping its encoding and buffering; left
+    as it is when it is not the process's own (a test's capture)."""
+    out = sys.stdout
+    if type(out) is not io.TextIOWrapper:
+        return
+    buffer = out.buffer
+    raw = getattr(buffer, "raw", buffer)
+    if type(raw) is not io.FileIO:
+        return
+    out.flush()
+    whole = _WholeWrites(raw.fileno(), "w", closefd=False)
+    sys.stdout = io.TextIOWrapper(
+        whole if raw is buffer else io.BufferedWriter(whole),
+        encoding=out.encoding,
+        errors=out.errors,
+        newline="\n",
+        line_buffering=out.line_buffering,
+        write_through=out.write_through,
+    )
+
+
+def output_failure(err: OutputError) -> str:
+    """One line for a write to standard output that failed: where, why, and what to do."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced (a test's capture)
+        fd = 1
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+        is_file = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        target, is_file = "", False
+    where = target if is_file and target.startswith("/") else ""
+    if err.errno == errno.ENOSPC:
+        cause = "disk full"
+        if where:  # a device (/dev/full) has no folder nor space to name
+            with contextlib.suppress(OSError):
+                st = os.statvfs(os.path.dirname(where))
+                free = st.f_bavail * st.f_frsize / 1e6
+                cause += f" ({free:.1f} MB free in {os.path.dirname(where)})"
+        fix = "free some space, or send it to another disk"
+    elif err.errno == errno.EIO:
+        cause = "an input/output error"
+        fix = "check that disk (`dmesg`), or send it to another disk"
+    else:
+        reason = str(err)
+        cause, fix = reason[:1].lower() + reason[1:], "send it elsewhere"
+    cut = f"{where} is" if where else "it is"
+    return f"cannot write the output: {cause}; {cut} cut short: {fix}"
 
 
 def one_line(text: str) -> str:

@@ -68,8 +68,11 @@ _SIGNATURE_ERROR = re.compile(
 
 
 def _is_signature_error(exc: TypeError) -> bool:
-    """A TypeError from calling with wrong parameter names, not a bug deeper inside."""
-    return bool(_SIGNATURE_ERROR.search(str(exc)))
+    """A TypeError from the call of the handler itself with wrong parameters. One raised
+    inside it (its traceback goes on into the handler's frames) is a bug with the same words,
+    answered before as the caller's "invalid params" and never logged."""
+    tb = exc.__traceback__
+    return tb is not None and tb.tb_next is None and bool(_SIGNATURE_ERROR.search(str(exc)))
 
 
 class Dispatcher:
