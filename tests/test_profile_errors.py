@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -103,6 +104,38 @@ def another_users_file(path: Path) -> None:
     _give_away(path)
 
 
+KILLED_WRITER = """
+import asyncio, os, sys
+from navi_desktop.memory.store import MemoryStore
+
+async def main(path):
+    store = await MemoryStore.open(path)
+    await store.add_memory("saved by another profile's daemon")
+    os._exit(9)  # killed: its log stays
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def another_databases_log(path: Path) -> None:
+    """The log a killed writer of another profile's file left, moved beside this one (see
+    test_foreign_log.py): SQLite replayed it as this file's."""
+    other = path.parents[2] / "elsewhere" / "memory.db"
+    other.parent.mkdir()
+    shutil.copy(path.parents[1] / "good" / "memory.db", other)
+    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(other)], timeout=60, check=False)
+    for suffix in ("-wal", "-shm"):
+        shutil.copy(f"{other}{suffix}", f"{path}{suffix}")
+
+
+def emptied_beside_its_backups(path: Path) -> None:
+    """`: > memory.db` (see test_empty_profile_file.py): taken for a new profile."""
+    from navi_desktop.memory.backup import make_backup
+
+    make_backup(path)
+    path.write_bytes(b"")
+
+
 DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (half, "ProfileDamaged", "navi memory doctor --profile bad"),
     (ten_bytes, "ProfileDamaged", "truncated to 10 bytes"),
@@ -115,6 +148,8 @@ DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a symbolic link"),
     (another_users_folder, "ProfileUnreadable", "profiles/bad belongs to uid 4321, not to you"),
     (another_users_file, "ProfileUnreadable", "the file belongs to uid 4321, not to you"),
+    (another_databases_log, "ProfileUnreadable", "memory.db-wal beside it belongs to another"),
+    (emptied_beside_its_backups, "ProfileDamaged", "empty (0 bytes), and its backups hold"),
 ]
 
 

@@ -22,6 +22,7 @@ from navi_desktop.memory.failures import moved, on_read_only_fs, os_failure, tra
 from navi_desktop.memory.filecheck import (
     APPLICATION_ID,
     SQLITE_HEADER,
+    STAMP,
     Identity,
     SchemaCheck,
     check_file,
@@ -324,6 +325,7 @@ class Database:
             self._in_tx = True
             try:
                 yield self
+                await self.conn.execute(STAMP)  # the file's id into the log (filecheck)
                 await self.conn.execute("COMMIT")
             except BaseException as exc:
                 await self._rollback()

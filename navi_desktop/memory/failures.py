@@ -79,6 +79,34 @@ def damaged(path: Path, what: str) -> ProfileDamaged:
     return error
 
 
+def emptied(path: Path, backup: Path) -> ProfileDamaged:
+    """``path`` is empty (0 bytes) while ``backup``, its newest backup that holds memories,
+    does: emptied by a crash or by hand, not a new profile."""
+    what = "it is empty (0 bytes), and its backups hold memories"
+    error = ProfileDamaged(
+        f"{path} is empty (0 bytes), and its backups hold memories; it was left untouched:"
+        f" restore the latest: `navi memory restore {backup}{profile_option(path)}`"
+    )
+    error.what = what  # type: ignore[attr-defined]  # the doctor adds its own fix
+    return error
+
+
+def foreign_log(path: Path, reason: str) -> ProfileUnreadable:
+    """The log beside ``path`` is another database's (filecheck.check_log). The file itself
+    is whole: like a pipe where its log goes (not_a_file), what lies beside it is what must
+    go, which restoring a backup (a damaged file's fix) would only do at the cost of every
+    save made since that backup."""
+    path = Path(path)
+    log = f"{path.name}-wal"
+    what = f"the log {log} beside it belongs to another database ({reason})"
+    error = ProfileUnreadable(
+        f"cannot use {path}: {what}; both were left untouched: move {log} away to open the"
+        " file as it was at its last checkpoint"
+    )
+    error.what = what  # type: ignore[attr-defined]
+    return error
+
+
 def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
     folder = Path(path).parent
     free = f"disk full: {megabytes(free_bytes(folder))} MB free in {folder}"

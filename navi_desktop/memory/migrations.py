@@ -349,6 +349,13 @@ async def m0013_int8_vectors(db: Database) -> None:
         await db.execute(index["sql"])
 
 
+async def m0014_file_id(db: Database) -> None:
+    # A random id in the file's header, which every commit also writes into the log
+    # (filecheck.STAMP): a log beside the file that shows another id is another file's.
+    if not await db.scalar("PRAGMA user_version"):
+        await db.execute(f"PRAGMA user_version = {secrets.randbelow(2**31 - 1) + 1}")
+
+
 MIGRATIONS: list[tuple[str, Step]] = [
     ("0001_core", m0001_core),
     ("0002_full_text", m0002_full_text),
@@ -363,9 +370,13 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0011_entity_types_and_aliases", m0011_entity_types_and_aliases),
     ("0012_expiry_and_verification", m0012_expiry_and_verification),
     ("0013_int8_vectors", m0013_int8_vectors),
+    ("0014_file_id", m0014_file_id),
 ]
 # Steps that rebuild a table: foreign keys are off around them (a transaction ignores the pragma).
 NO_FOREIGN_KEYS = {"0008_memory_ids_never_reused"}
+# Steps a file can be read without (a read-only open does not refuse a file that lacks them):
+# they change nothing that a read looks at.
+READ_WITHOUT = {"0014_file_id"}
 
 
 def schema_version(names: Iterable[str]) -> int:
@@ -402,7 +413,7 @@ def check_current(conn: sqlean.Connection, path: Path) -> None:
     ).fetchone():
         recorded = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
     known = [name for name, _ in MIGRATIONS]
-    if any(name not in recorded for name in known):
+    if any(name not in recorded and name not in READ_WITHOUT for name in known):
         raise ProfileError(
             f"{path} was written by an older version of Navi (memory schema"
             f" {schema_version(recorded)}; this version reads {schema_version(known)}), and its"

@@ -1,0 +1,165 @@
+"""Another database's log beside a profile's file is refused, never replayed into it.
+
+SQLite replays any log it finds beside a file: nothing in a log ties it to its file. A log
+that a killed writer of another profile left, moved beside this file (or this profile's own
+old log, under a file copied into place), showed the other database's memories as this
+profile's, and the next checkpoint wrote them into the file for good. The logs here are
+real ones, left by writers killed mid-work; the file's own log after such a crash is still
+replayed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from navi_desktop.errors import ProfileUnreadable
+from navi_desktop.memory.db import Database
+from navi_desktop.memory.migrations import MIGRATIONS, migrate
+from navi_desktop.memory.store import MemoryStore
+from navi_desktop.memory.walcheck import scan
+from navi_desktop.paths import Paths
+from tests.daemon_home import navi
+
+NAVI_WRITER = """
+import asyncio, os, sys
+from navi_desktop.memory.store import MemoryStore
+
+async def main(path, text):
+    store = await MemoryStore.open(path)
+    await store.add_memory(text)
+    os._exit(9)  # killed: the log stays, with the save not yet in the file
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+# Another tool's in-place change: its commits never rewrite page 1 (the file's header).
+TOOL_WRITER = """
+import os, sys, sqlean
+conn = sqlean.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA wal_autocheckpoint = 0")
+conn.execute("UPDATE memories SET value = ? WHERE id = 1", (sys.argv[2],))
+os._exit(9)
+"""
+
+
+def killed(writer: str, path: Path, text: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(writer), str(path), text],
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 9, done.stderr.decode()
+    assert log(path).stat().st_size > 0
+
+
+def log(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+async def make(path: Path, *texts: str) -> None:
+    async with await MemoryStore.open(path) as store:
+        for text in texts:
+            await store.add_memory(text)
+
+
+async def values(path: Path) -> list[str]:
+    async with await MemoryStore.open(path) as store:
+        memories, _ = await store.list_memories()
+        return sorted(m.value for m in memories)
+
+
+def put_beside(source: Path, path: Path) -> None:
+    """The log, and its index, that ``source``'s killed writer left, moved beside ``path``."""
+    for suffix in ("-wal", "-shm"):
+        shutil.copy(f"{source}{suffix}", f"{path}{suffix}")
+
+
+def files(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (path, log(path))}
+
+
+async def refused(path: Path, words: str) -> None:
+    """Both ways of opening refuse it with one line, and neither writes the file or its log."""
+    before = files(path)
+    for read_only in (False, True):
+        with pytest.raises(ProfileUnreadable) as err:
+            await MemoryStore.open(path, read_only=read_only)
+        message = str(err.value)
+        assert "\n" not in message and str(path) in message and words in message
+        assert "memory.db-wal beside it belongs to another database" in message
+        assert "both were left untouched: move memory.db-wal away" in message
+    assert files(path) == before
+
+
+async def test_another_profiles_log_is_refused_and_the_files_own_is_replayed(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a" / "memory.db", tmp_path / "b" / "memory.db"
+    await make(a, "alpha likes tea")
+    await make(b, "beta likes coffee")
+    killed(NAVI_WRITER, a, "alpha saved just before a crash")
+    assert await values(a) == ["alpha likes tea", "alpha saved just before a crash"]
+
+    killed(NAVI_WRITER, b, "beta saved just before a crash")
+    put_beside(b, a)
+    await refused(a, "its saves are of a Navi memory file with another id")
+
+    log(a).rename(tmp_path / "moved-away-wal")  # the fix the message gives
+    assert await values(a) == ["alpha likes tea", "alpha saved just before a crash"]
+
+
+async def test_a_log_of_in_place_writes_is_checked_by_the_size_it_leaves(tmp_path: Path) -> None:
+    a, b = tmp_path / "a" / "memory.db", tmp_path / "b" / "memory.db"
+    await make(a, "alpha likes tea")
+    await make(b, *(f"beta note {i} " + "x" * 400 for i in range(30)))
+    killed(TOOL_WRITER, a, "alpha likes green tea")
+    assert not scan(log(a)).page_one  # what makes it another tool's: no id in it
+    assert await values(a) == ["alpha likes green tea"]
+
+    killed(TOOL_WRITER, b, "beta was here")
+    put_beside(b, a)
+    await refused(a, "its saves are of a database of")
+
+
+async def test_a_file_upgraded_just_before_a_crash_keeps_its_log(tmp_path: Path) -> None:
+    """The file's id is set by an upgrade step: killed before its first checkpoint, the file
+    has none yet and its log has it. That log is the file's own."""
+    a, b = tmp_path / "a" / "memory.db", tmp_path / "b" / "memory.db"
+    db = await Database.open(a)
+    await migrate(db, MIGRATIONS[:13])  # the steps before 0014_file_id
+    await db.close()
+    killed(NAVI_WRITER, a, "alpha saved on the upgrade")
+    assert a.read_bytes()[60:64] == bytes(4)  # no id in the file yet
+    assert await values(a) == ["alpha saved on the upgrade"]
+
+    await make(b, "beta likes coffee")
+    killed(NAVI_WRITER, b, "beta saved just before a crash")
+    put_beside(b, a)
+    await refused(a, "with another id")
+
+
+def test_a_file_copied_into_place_over_the_profiles_old_log_is_refused(tmp_path: Path) -> None:
+    """`cp` of another profile's file over one whose killed writer left its log."""
+    environ = {**os.environ, "NAVI_HOME": str(tmp_path), "NAVI_DAEMON": "off"}
+    paths = Paths.from_env(environ)
+    a, b = paths.profile_db("alpha"), paths.profile_db("beta")
+    for path, text in ((a, "alpha likes tea"), (b, "beta likes coffee")):
+        done = navi(environ, "memory", "add", text, "--profile", path.parent.name)
+        assert done.returncode == 0, done.stderr
+    killed(NAVI_WRITER, a, "alpha saved just before a crash")
+    shutil.copy(b, a)
+    before = files(a)
+
+    for command in ("list", "doctor"):
+        done = navi(environ, "memory", command, "--profile", "alpha")
+        assert done.returncode != 0 and "likes" not in done.stdout
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and "memory.db-wal beside it belongs to another database" in lines[0]
+    assert files(a) == before
