@@ -12,7 +12,9 @@ chat replies (streamed in word chunks, thinking, tool calls, an error line mid-s
 per chunk, a reply that never finishes); ``default_reply`` answers when the queue is empty
 (a ``Reply`` or a function of the request body). ``requests`` records every request
 (with ``received_at``, its arrival time);
-``fail_status`` makes every API call fail; ``go_down()`` / ``come_up()`` refuse connections.
+``fail_status`` makes every API call fail; ``go_down()`` / ``come_up()`` refuse connections;
+``path_replies`` answers a path (e.g. "/api/embed") with a ``Reply`` instead: its ``status``,
+its ``raw`` bytes (and ``endless``), or nothing at all (``hang``).
 
 Like Ollama with a small model, it bounds what a model sees and writes (one token = four
 characters here): a prompt longer than ``num_ctx`` (default ``default_num_ctx``, 4,096) is cut
@@ -29,6 +31,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import math
 import random
@@ -88,6 +91,11 @@ class Reply:
     done_reason: str = "stop"
     # sent as the whole reply (malformed replies): a dict as JSON, bytes as they are
     raw: dict[str, Any] | bytes | None = None
+    # after ``raw`` bytes (a start), these are sent again and again in a chunked body, until
+    # the client hangs up or ``repeat`` times (a server that never ends a line or a body)
+    endless: bytes | None = None
+    repeat: int | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # more headers for ``raw`` bytes
 
     def pieces(self) -> list[str]:
         if self.chunks is not None:
@@ -185,6 +193,7 @@ class FakeOllama:
         self.fail_status: int | None = None
         self.fail_message = "fake Ollama failure"
         self.pull_missing: set[str] = set()  # names the "registry" does not have
+        self.path_replies: dict[str, Reply] = {}  # path -> the Reply that answers it instead
         self.disconnects = 0  # streams the client closed before they ended
         self.default_num_ctx = 4096  # Ollama's, for requests that do not say
         # One chat request at a time, as Ollama runs one model: the rest wait their turn.
@@ -263,6 +272,8 @@ class FakeOllama:
             return await _send(writer, 200, b"Ollama is running", "text/plain; charset=utf-8")
         if self.fail_status is not None:
             return await _error(writer, self.fail_status, self.fail_message)
+        if (scripted := self.path_replies.get(request.path)) is not None:
+            return await self._as_scripted(scripted, reader, writer)
         routes = {
             ("GET", "/api/version"): self._version,
             ("GET", "/api/tags"): self._tags,
@@ -363,7 +374,7 @@ class FakeOllama:
         if reply.status is not None:
             return await _error(writer, reply.status, reply.error or "fake error")
         if isinstance(reply.raw, bytes):
-            return await _send(writer, 200, reply.raw, "application/json")
+            return await self._as_scripted(reply, reader, writer)
         if reply.raw is not None:
             return await _json(writer, 200, reply.raw)
         started = time.perf_counter_ns()
@@ -426,6 +437,44 @@ class FakeOllama:
         else:
             await stream.send(final({"role": "assistant", "content": ""}, len(lines)))
         await stream.end()
+        return True
+
+    async def _as_scripted(
+        self, reply: Reply, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """``reply`` as it stands, on any path: an HTTP error, nothing (``hang``), or its
+        ``raw`` bytes, then ``endless`` bytes without end (or ``repeat`` times), under its
+        ``status`` when it has one."""
+        plain = reply.raw is None and reply.endless is None
+        if reply.status is not None and plain:
+            return await _error(writer, reply.status, reply.error or "fake error")
+        status = reply.status or 200
+        start = reply.raw if isinstance(reply.raw, bytes) else json.dumps(reply.raw).encode()
+        if not reply.hang and reply.endless is None:
+            return await _send(writer, status, start, "application/json", reply.headers)
+        watch = _Ndjson(reader, writer)  # to notice the client hanging up
+        if reply.hang:
+            await watch.gone
+            self.disconnects += 1
+            return False
+        extra = "".join(f"{k}: {v}\r\n" for k, v in reply.headers.items())
+        writer.write(
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json"
+            f"\r\n{extra}Transfer-Encoding: chunked\r\n\r\n".encode()
+        )
+        more = itertools.repeat(reply.endless, *([] if reply.repeat is None else [reply.repeat]))
+        for piece in itertools.chain([start], more):
+            if watch.gone.done():
+                self.disconnects += 1
+                return False
+            if piece:
+                writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            try:
+                await writer.drain()
+            except ConnectionError:
+                self.disconnects += 1
+                return False
+        await watch.end()
         return True
 
     async def _embed(self, body: dict, reader: Any, writer: asyncio.StreamWriter) -> bool:
@@ -588,10 +637,17 @@ async def _read_request(reader: asyncio.StreamReader) -> Request | None:
     return Request(method, target.split("?", 1)[0], body)
 
 
-async def _send(writer: asyncio.StreamWriter, status: int, payload: bytes, ctype: str) -> bool:
+async def _send(
+    writer: asyncio.StreamWriter,
+    status: int,
+    payload: bytes,
+    ctype: str,
+    headers: dict[str, str] | None = None,
+) -> bool:
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
     head = (
         f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\nContent-Type: {ctype}\r\n"
-        f"Content-Length: {len(payload)}\r\n\r\n"
+        f"{extra}Content-Length: {len(payload)}\r\n\r\n"
     )
     writer.write(head.encode() + payload)
     await writer.drain()

@@ -11,16 +11,18 @@ what to do; nothing from ``ollama`` or ``httpx`` leaks to callers.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import aclosing
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.llm import reply_limits as limits
 from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN, chat_request, structured_options
+from navi_desktop.llm.calls import Calls
 from navi_desktop.llm.errors import (
+    BACKGROUND_TIMEOUT_SETTING,
     InvalidModelOutput,
     LLMError,
     OllamaError,
@@ -28,7 +30,6 @@ from navi_desktop.llm.errors import (
 from navi_desktop.llm.jsontext import Found, find_json, whole, whole_value, why_not_json
 from navi_desktop.llm.schema import clamp, schema_error
 from navi_desktop.llm.tool_loop import ToolSpec
-from navi_desktop.llm.translate import Translate
 from navi_desktop.llm.types import (
     ChatEvent,
     ContentDelta,
@@ -47,16 +48,15 @@ from navi_desktop.ollama_host import hide_bad_env_hosts
 hide_bad_env_hosts()  # the ollama package reads OLLAMA_HOST as it is imported, and fails on one
 import ollama  # noqa: E402
 
-T = TypeVar("T")
 ChatMessage = Mapping[str, Any]
 
 
-class OllamaBackend:
+class OllamaBackend(Calls):
     """Chat, structured output, embeddings and model management against one Ollama server.
 
     ``timeout``: the longest a non-streamed call (one embedding batch) may take, and by
     default the longest wait for a stream's first token (which includes loading the model).
-    ``chunk_timeout``: the longest pause between two streamed chunks.
+    ``chunk_timeout``: the longest pause between two streamed chunks (default: ``timeout``).
     ``background_timeout``: the longest a structured request (extraction, summaries, profile)
     may take; nobody waits on those, and on a CPU they can take minutes (default: ``timeout``).
     ``probe_timeout``: version, model list and model info, which should answer at once.
@@ -72,7 +72,7 @@ class OllamaBackend:
         timeout: float = 120.0,
         connect_timeout: float = 5.0,
         first_token_timeout: float | None = None,
-        chunk_timeout: float = 60.0,
+        chunk_timeout: float | None = None,
         probe_timeout: float = 10.0,
         background_timeout: float | None = None,
         embed_batch_size: int = 64,
@@ -85,7 +85,7 @@ class OllamaBackend:
         self.background_timeout = timeout if background_timeout is None else background_timeout
         self.connect_timeout = connect_timeout
         self.first_token_timeout = timeout if first_token_timeout is None else first_token_timeout
-        self.chunk_timeout = chunk_timeout
+        self.chunk_timeout = chunk_timeout = timeout if chunk_timeout is None else chunk_timeout
         self.probe_timeout = probe_timeout
         self.embed_batch_size = max(1, embed_batch_size)
         self.keep_alive = keep_alive
@@ -96,13 +96,16 @@ class OllamaBackend:
             timeout, self.first_token_timeout, chunk_timeout, probe_timeout, self.background_timeout
         )
         http_timeout = httpx.Timeout(read, connect=connect_timeout)
-        self._client = ollama.AsyncClient(host=self.host, timeout=http_timeout)
+        bounded = limits.bounded_http()  # every reply's bytes counted as they come (reply_limits)
+        self._client = ollama.AsyncClient(host=self.host, timeout=http_timeout, **bounded)
         # The client's own httpx client (same pool and timeouts) serves /api/version, which
         # ``ollama`` has no method for; fall back to a separate one should that attribute go.
         http = getattr(self._client, "_client", None)
         self._own_http = not isinstance(http, httpx.AsyncClient)
         self._http: httpx.AsyncClient = (
-            httpx.AsyncClient(base_url=self.host, timeout=http_timeout) if self._own_http else http
+            httpx.AsyncClient(base_url=self.host, timeout=http_timeout, **bounded)
+            if self._own_http
+            else http
         )
 
     async def aclose(self) -> None:
@@ -129,7 +132,7 @@ class OllamaBackend:
                 raise OllamaError(f"{self.host} does not look like an Ollama server")
             return data["version"]
 
-        return await self._call("the version check", None, self.probe_timeout, get)
+        return await self._call("the version check", None, self.probe_timeout, get, setting=None)
 
     async def health(self) -> Health:
         """A connection test that never raises: ``error`` holds the one-line reason."""
@@ -141,7 +144,9 @@ class OllamaBackend:
 
     async def models(self) -> list[ModelInfo]:
         """The installed models, as ``ollama list`` shows them."""
-        listing = await self._call("listing models", None, self.probe_timeout, self._client.list)
+        listing = await self._call(
+            "listing models", None, self.probe_timeout, self._client.list, setting=None
+        )
         out = []
         for m in listing.models:
             details = m.details
@@ -164,7 +169,11 @@ class OllamaBackend:
         if (cached := self._capabilities.get(model)) is not None:
             return cached
         shown = await self._call(
-            f"looking up '{model}'", model, self.probe_timeout, lambda: self._client.show(model)
+            f"looking up '{model}'",
+            model,
+            self.probe_timeout,
+            lambda: self._client.show(model),
+            setting=None,
         )
         caps = frozenset(shown.capabilities or ())
         self._capabilities[model] = caps
@@ -199,7 +208,7 @@ class OllamaBackend:
         _need_model(model)
         operation = f"the pull of '{model}'"
         start = lambda: self._client.pull(model, stream=True)  # noqa: E731
-        async with aclosing(self._stream(operation, None, start)) as parts:
+        async with aclosing(self._stream(operation, None, start, limits.PULL_LIMIT)) as parts:
             async for part in parts:
                 yield PullProgress(part.status or "", part.completed, part.total, part.digest)
         self.forget_capabilities(model)
@@ -236,7 +245,7 @@ class OllamaBackend:
         content: list[str] = []
         thinking: list[str] = []
         calls: list[ToolCall] = []
-        async with aclosing(self._stream(operation, model, start)) as parts:
+        async with aclosing(self._stream(operation, model, start, limits.CHAT_LIMIT)) as parts:
             async for part in parts:
                 message = part.message
                 if message.thinking:
@@ -344,6 +353,8 @@ class OllamaBackend:
                 keep_alive=self.keep_alive,
                 stream=False,
             ),
+            limits.structured_limit(bounded["num_predict"]),
+            BACKGROUND_TIMEOUT_SETTING,
         )
         text = whole(response.message.content or "")
         if len(text) > (limit := bounded["num_predict"]) * MAX_CHARS_PER_TOKEN:
@@ -373,6 +384,7 @@ class OllamaBackend:
                 lambda batch=batch: self._client.embed(
                     model=model, input=batch, keep_alive=self.keep_alive
                 ),
+                limits.embed_limit(len(batch), self.embedding_dims.get(model, 0)),
             )
             if len(response.embeddings) != len(batch):
                 raise OllamaError(
@@ -391,49 +403,6 @@ class OllamaBackend:
     async def embed_fn(self, model: str, texts: list[str]) -> list[list[float]]:
         """``embed_fn(model, texts) -> vectors`` as :class:`OllamaEmbedder` expects it."""
         return (await self.embed(model, texts)).vectors
-
-    # ---- plumbing -----------------------------------------------------------------------------
-
-    async def _call(
-        self,
-        operation: str,
-        model: str | None,
-        seconds: float,
-        make: Callable[[], Awaitable[T]],
-    ) -> T:
-        """Run one non-streamed request under a deadline, translating errors."""
-        with Translate(self, operation, model, seconds):
-            async with asyncio.timeout(seconds):
-                return await make()
-
-    async def _stream(
-        self,
-        operation: str,
-        model: str | None,
-        start: Callable[[], Awaitable[AsyncGenerator[T, None]]],
-    ) -> AsyncGenerator[T, None]:
-        """Items of a streamed request, with a first-item and a per-item deadline.
-
-        The request is sent at the first ``anext``; on close, cancel or error, the client's
-        generator is closed, which closes the response and its connection.
-        """
-        with Translate(self, operation, model, self.first_token_timeout):
-            stream = await start()
-        try:
-            first = True
-            while True:
-                seconds = self.first_token_timeout if first else self.chunk_timeout
-                phase = "waiting for the first token" if first else "waiting for the next chunk"
-                with Translate(self, f"{operation} ({phase})", model, seconds):
-                    try:
-                        async with asyncio.timeout(seconds):
-                            item = await anext(stream)
-                    except StopAsyncIteration:
-                        return
-                first = False
-                yield item
-        finally:
-            await stream.aclose()
 
 
 def _context_length(info: Mapping[str, Any] | None) -> int | None:

@@ -73,21 +73,37 @@ class ToolsUnsupported(LLMError):
         )
 
 
+# The settings that hold the backend's waits (config.OllamaSettings).
+TIMEOUT_SETTING = "ollama.timeout_s"
+BACKGROUND_TIMEOUT_SETTING = "ollama.background_timeout_s"
+
+
 class OllamaTimeout(LLMError):
-    """The server took longer than the configured limit."""
+    """The server took longer than the configured limit. ``setting``: the one that holds
+    that limit; None for a fixed one (a version or model check, which should answer at once)."""
 
     kind = "ollama_timeout"
 
-    def __init__(self, host: str, operation: str, seconds: float, role: str = "") -> None:
+    def __init__(
+        self,
+        host: str,
+        operation: str,
+        seconds: float,
+        role: str = "",
+        setting: str | None = TIMEOUT_SETTING,
+    ) -> None:
         self.host = host
         self.operation = operation
         self.seconds = seconds
+        self.setting = setting
         where = f"embedding host {host}" if role == EMBEDDING else f"Ollama at {host}"
-        super().__init__(
-            f"{where} timed out after {seconds:g} s during {operation} — "
-            "the model may still be loading or the machine is busy; "
-            "try again, or raise the timeout in settings"
+        fix = (
+            f"the model may still be loading or the machine is busy; try again, or raise"
+            f" {setting} in settings"
+            if setting
+            else "the server is busy or stuck; try again, or restart it"
         )
+        super().__init__(f"{where} timed out after {seconds:g} s during {operation} — {fix}")
 
 
 class OllamaError(LLMError):
@@ -141,5 +157,6 @@ class ToolLoopLimit(LLMError):
         self.rounds = rounds
         super().__init__(
             f"model '{model}' was still calling tools after {rounds} rounds — stopped; "
-            "rephrase the request, or raise the tool-round limit in settings"
+            "rephrase the request or ask for one thing at a time, or choose another chat model"
+            " (ollama.chat_model) in settings"
         )

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 import httpx
 
 from navi_desktop.llm.errors import (
+    EMBEDDING,
+    TIMEOUT_SETTING,
     LLMError,
     ModelMissing,
     OllamaError,
@@ -20,6 +22,7 @@ from navi_desktop.llm.errors import (
     ToolsUnsupported,
     one_line,
 )
+from navi_desktop.llm.reply_limits import RefusedReply
 
 
 class Where(Protocol):
@@ -32,13 +35,22 @@ class Where(Protocol):
 
 
 class Translate:
-    """A ``with`` block whose client, HTTP and timeout exceptions leave as :class:`LLMError`."""
+    """A ``with`` block whose client, HTTP and timeout exceptions leave as :class:`LLMError`.
+    ``setting``: the one that holds ``seconds`` (None: a fixed limit), named in a timeout."""
 
-    def __init__(self, where: Where, operation: str, model: str | None, seconds: float) -> None:
+    def __init__(
+        self,
+        where: Where,
+        operation: str,
+        model: str | None,
+        seconds: float,
+        setting: str | None = TIMEOUT_SETTING,
+    ) -> None:
         self.where = where
         self.operation = operation
         self.model = model
         self.seconds = seconds
+        self.setting = setting
 
     def __enter__(self) -> Translate:
         return self
@@ -51,14 +63,19 @@ class Translate:
     ) -> bool:
         if not isinstance(exc, Exception) or isinstance(exc, LLMError):
             return False  # includes CancelledError and GeneratorExit: those pass untouched
-        mapped = translate(exc, self.where, self.operation, self.model, self.seconds)
+        mapped = translate(exc, self.where, self.operation, self.model, self.seconds, self.setting)
         if mapped is None:
             return False
         raise mapped from exc
 
 
 def translate(
-    exc: Exception, where: Where, operation: str, model: str | None, seconds: float
+    exc: Exception,
+    where: Where,
+    operation: str,
+    model: str | None,
+    seconds: float,
+    setting: str | None = TIMEOUT_SETTING,
 ) -> LLMError | None:
     """The :class:`LLMError` for a client, HTTP or timeout exception; None for anything else
     (a bug, raised as it is)."""
@@ -66,7 +83,12 @@ def translate(
     if isinstance(exc, httpx.ConnectTimeout):
         return OllamaUnreachable(host, f"no answer within {where.connect_timeout:g} s", role)
     if isinstance(exc, TimeoutError | httpx.TimeoutException):
-        return OllamaTimeout(host, operation, seconds, role)
+        return OllamaTimeout(host, operation, seconds, role, setting)
+    if isinstance(exc, RefusedReply):
+        server = (
+            f"the embedding host {host}" if role == EMBEDDING else f"the model server at {host}"
+        )
+        return OllamaError(f"{server} sent a {exc} during {operation} — is it an Ollama server?")
     if isinstance(exc, ConnectionError | httpx.ConnectError):
         return OllamaUnreachable(host, _connect_reason(exc), role)
     if isinstance(exc, where.response_error):

@@ -9,13 +9,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import numpy as np
 
 from navi_desktop.errors import InvalidInput, NaviError
+
+log = logging.getLogger(__name__)
 
 
 class Embedder(Protocol):
@@ -95,6 +99,58 @@ class OllamaEmbedder:
         if len(vectors) != len(texts):
             raise ValueError(f"{self.model} returned {len(vectors)} vectors for {len(texts)} texts")
         return normalized(vectors, self.model)
+
+
+# A search waits this long for its query's vector, then goes on by words. A local model embeds
+# one query in milliseconds (tens on a CPU) and loads a small embedding model in a second or
+# two; a host that has not answered by then holds up the reply for nothing.
+QUERY_DEADLINE_S = 5.0
+# After a query embedding failed, searches use words only for this long, doubling while it
+# keeps failing up to QUERY_PAUSE_MAX_S: a dead host costs one short wait, not every turn.
+QUERY_PAUSE_S = 30.0
+QUERY_PAUSE_MAX_S = 600.0
+
+
+class QueryGate:
+    """Query vectors from ``embedder``, each within QUERY_DEADLINE_S, and none asked for a
+    while after one failed (a circuit breaker); the pause is logged once, and its end."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self._pause = 0.0  # 0: closed (asking)
+        self._until = 0.0
+
+    async def vector(self, query: str) -> np.ndarray | None:
+        """The query's vector, or None (search by words)."""
+        if time.monotonic() < self._until:
+            return None
+        try:
+            async with asyncio.timeout(QUERY_DEADLINE_S):
+                vector = (await self.embedder.embed([query], query=True))[0]
+        except BadVector as exc:  # this text's, not the host's: the next query may do
+            log.warning("query embedding failed, searching text only: %s", exc)
+            return None
+        except Exception as exc:  # an unreachable model must not break text search
+            self._failed(exc)
+            return None
+        if self._pause:
+            log.info("query embedding with %s works again", self.embedder.model)
+            self._pause = self._until = 0.0
+        return vector
+
+    def _failed(self, exc: Exception) -> None:
+        first = not self._pause
+        self._pause = min(QUERY_PAUSE_MAX_S, self._pause * 2 or QUERY_PAUSE_S)
+        self._until = time.monotonic() + self._pause
+        why = str(exc) or f"no answer within {QUERY_DEADLINE_S:g} s"
+        if first:
+            log.warning(
+                "query embedding with %s failed, searching by words only; asked again in %g s"
+                " and less often while it fails: %s",
+                self.embedder.model,
+                self._pause,
+                why,
+            )
 
 
 class LocalEmbedder:

@@ -6,7 +6,6 @@ Search never writes: it is safe in incognito sessions that may read memory.
 from __future__ import annotations
 
 import asyncio
-import logging
 import math
 from collections import defaultdict
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ import sqlean
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.limits import MAX_QUERY, SEARCH, check_length
+from navi_desktop.memory.embedders import QueryGate
 from navi_desktop.memory.match_counts import WHOLE, MatchCounts, counted_to_rarest, within_budget
 from navi_desktop.memory.models import SearchHit
 from navi_desktop.memory.search_filters import MEMORIES, Filters, Target, make_filters
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
     from navi_desktop.memory.store import MemoryStore
 
-log = logging.getLogger(__name__)
 # Rows BM25 may score per query (scoring costs ~2-3 µs a row on a quiet 2-core VM).
 BM25_ROW_BUDGET = 3_000
 # Entity links the entity signal may sum per query; see _entity_weights.
@@ -139,13 +138,14 @@ class SearchOps(VectorSearchOps, HitOps):
         return dict(zip(work, ranked, strict=True))
 
     async def _query_vector(self: MemoryStore, query: str) -> Any:
+        """The query's vector, or None: within a short deadline, and none asked for a while
+        after one failed (embedders.QueryGate): a dead embedding host must not stall a turn."""
         if self.embedder is None or not query.strip():
             return None
-        try:
-            return (await self.embedder.embed([query], query=True))[0]
-        except Exception as exc:  # an unreachable model must not break text search
-            log.warning("query embedding failed, searching text only: %s", exc)
-            return None
+        gate = getattr(self, "_query_gate", None)
+        if gate is None or gate.embedder is not self.embedder:  # a new embedder is asked anew
+            gate = self._query_gate = QueryGate(self.embedder)
+        return await gate.vector(query)
 
     # The signals below are plain functions of a read connection, run in a worker thread.
 
