@@ -53,6 +53,7 @@ class Home:
 
     def __init__(self, root: Path, fake: ThreadedFakeOllama, name: str = "h") -> None:
         self.root = root
+        self.fake = fake
         self.home = root / name
         (self.home / "config").mkdir(parents=True)
         (self.home / "config" / "config.toml").write_text(CONFIG)

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from navi_desktop.cli.output import emit_json, error, one_line, safe
+from navi_desktop.cli.output import emit_json, error, one_line, safe, say
 
 CHAT_TIMEOUT_S = 600.0
 
@@ -111,9 +111,15 @@ async def _client(what: str = "this command") -> Any:
         ) from None
 
 
-def _call(method: str, params: dict[str, Any], what: str = "this command") -> Any:
+def _call(
+    method: str, params: dict[str, Any], what: str = "this command", slow: str | None = None
+) -> Any:
+    """``method`` through the daemon; ``slow``: said once on stderr if it takes long."""
+
     async def main() -> Any:
         async with await _client(what) as client:
+            if slow is not None:
+                client.on_slow = lambda _: print(f"navi: {slow}", file=sys.stderr, flush=True)
             return await client.call(method, params)
 
     return asyncio.run(main())
@@ -183,7 +189,7 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"running": True, "answering": False, "pid": pid, "socket": str(sock)})
         else:
-            print(
+            say(
                 f"running      pid {pid}, but not answering within 15 s: busy (a large import)"
                 f" or stopped (`kill -CONT {pid}` resumes it)"
             )
@@ -192,7 +198,7 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"running": False, "socket": str(sock)})
         else:
-            print(f"not running (socket {sock})")
+            say(f"not running (socket {sock})")
         return 3
     status = {"running": True, "socket": str(sock)} | status
     if args.json:
@@ -200,36 +206,36 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         return 0
     ollama = status["ollama"]
     state = "reachable" if ollama["reachable"] else f"unreachable: {ollama['error']}"
-    print(f"running      pid {status['pid']}, up {status['uptime_s']:.0f} s")
-    print(f"socket       {sock}")
-    print(f"ollama       {ollama['host']} ({state})")
+    say(f"running      pid {status['pid']}, up {status['uptime_s']:.0f} s")
+    say(f"socket       {sock}")
+    say(f"ollama       {ollama['host']} ({state})")
     if embedding := status.get("embedding_ollama"):  # a separate embedding host
         state = "reachable" if embedding["reachable"] else f"unreachable: {embedding['error']}"
-        print(f"embeddings   {embedding['host']} ({state})")
-    print(f"model        {status['chat_model']} (embeddings: {status['embedding_model']})")
+        say(f"embeddings   {embedding['host']} ({state})")
+    say(f"model        {status['chat_model']} (embeddings: {status['embedding_model']})")
     if server := status.get("memory_server"):  # memory kept on a PostgreSQL server
-        print(f"memory       {server}")
-    print(
+        say(f"memory       {server}")
+    say(
         f"sessions     {status['open_sessions']} open,"
         f" {status['pending_extractions']} waiting to be processed"
     )
     if busy := status.get("busy_profiles"):
-        print(f"busy         {', '.join(busy)}: writing (an import?), not counted above")
+        say(f"busy         {', '.join(busy)}: writing (an import?), not counted above")
     for end in status.get("extracting") or []:
         where = f"chunk {end['chunk']} of {end['chunks']}" if end["chunks"] else "starting"
         if end["waiting"]:
             where += ", waiting for you to be idle"
-        print(f"learning     session {end['session_id']} ({end['trigger']}): {where}")
+        say(f"learning     session {end['session_id']} ({end['trigger']}): {where}")
     if status["last_failure"]:
-        print(f"last failure {status['last_failure']}")
+        say(f"last failure {status['last_failure']}")
     for profile, problem in (status.get("embedding_problems") or {}).items():
-        print(f"embeddings   {profile}: {problem}; what has no vector is found by its words")
+        say(f"embeddings   {profile}: {problem}; what has no vector is found by its words")
     for profile, problem in (status.get("profile_errors") or {}).items():
-        print(f"profile      {profile}: {problem['message']}")
+        say(f"profile      {profile}: {problem['message']}")
     for problem in status.get("env_errors") or ():
-        print(f"environment  {problem}")
+        say(f"environment  {problem}")
     for problem in status.get("config_errors") or ():
-        print(f"config       {problem}")
+        say(f"config       {problem}")
     return 0
 
 
@@ -361,22 +367,27 @@ def _rate(args: argparse.Namespace) -> int:
 
 def cmd_end(args: argparse.Namespace) -> int:
     params = _params(args, id=args.session, all=True if args.all else None)
-    reports = _call("sessions.end", params, "`navi end`")
+    slow = (
+        "still learning from the session: the model takes long (a long session,"
+        " or a model server that does not answer); Ctrl+C stops waiting, and a session not"
+        " learned now is tried again later"
+    )
+    reports = _call("sessions.end", params, "`navi end`", slow)
     if args.json:
         emit_json(reports)
         return 0
     if not reports:
-        print("Nothing to process.")
+        say("Nothing to process.")
     for r in reports:
         learned = ", ".join(f"{len(ids)} {action}" for action, ids in r["learned"].items())
         if r["status"] == "pending":
-            print(f"{r['session_id']}: not processed yet ({r['reason']}); it will be retried")
+            say(f"{r['session_id']}: not processed yet ({r['reason']}); it will be retried")
             if learned:
-                print(f"  kept from the parts done: {learned}")
+                say(f"  kept from the parts done: {learned}")
         else:
-            print(f"{r['session_id']}: {r['status']}" + (f" — {learned}" if learned else ""))
+            say(f"{r['session_id']}: {r['status']}" + (f" — {learned}" if learned else ""))
         for line in _dropped_lines(r):
-            print(line)
+            say(line)
     # A script must see that not every session was processed (it is retried later).
     return 1 if any(r["status"] == "pending" for r in reports) else 0
 

@@ -24,6 +24,12 @@ from navi_desktop.terminal_text import safe
 _SPACE = re.compile(r"\s+")
 
 
+def say(line: str) -> None:
+    """A line on stdout that may quote a model, a file or a setting: no control character
+    in it reaches the terminal (a session end's reason once cleared the screen)."""
+    print(safe(line))
+
+
 def error(message: str) -> None:
     """One line on stderr naming the problem."""
     print(f"navi: {one_line(str(message))}", file=sys.stderr)

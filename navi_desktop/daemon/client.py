@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+SLOW_AFTER_S = 10.0  # a call's wait before a client that set on_slow hears of it
 
 
 class DaemonUnavailable(NaviError):
@@ -136,7 +137,7 @@ class DaemonClient:
         # Told once when a call without a time limit has waited ``slow_after`` seconds (the
         # CLI says so: a daemon stopped with SIGSTOP, or busy, is otherwise silence).
         self.on_slow: Callable[[str], None] | None = None
-        self.slow_after = 10.0
+        self.slow_after = SLOW_AFTER_S
         self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
 
     @classmethod
