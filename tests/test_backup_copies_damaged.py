@@ -71,7 +71,9 @@ def test_the_latest_backup_named_is_a_whole_one(cli, home):
     assert code == 2 and f"navi memory restore {older} --profile alice" in err
     assert str(newer) not in err
     code, out, _ = cli("doctor")
-    assert f"navi memory restore {older}" in out and str(newer) not in out
+    assert f"navi memory restore {older}" in out and f"navi memory restore {newer}" not in out
+    # The damaged one is named on its own, with what to do about it.
+    assert f"{newer.name}: damaged (truncated" in out and f"rm {newer}" in out
 
 
 def test_a_damaged_daily_backup_does_not_count_as_today_s(home):

@@ -122,3 +122,22 @@ async def test_a_backup_being_written_is_left_to_its_writer(tmp_path: Path) -> N
         writer.wait(30)
     assert await asyncio.to_thread(remove_leftovers, path) == [tmp]  # its writer is gone
     assert not tmp.exists()
+
+
+async def test_the_daemon_removes_what_a_killed_backup_left_when_it_opens_the_profile(
+    tmp_path: Path,
+) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    db = paths.profile_db("tester")
+    async with await MemoryStore.open(db) as store:
+        await store.add_memory(f"the code is {SECRET}")
+    folder = backups_dir(db)
+    folder.mkdir()
+    left = folder / ".manual-20260101T000000Z.db.0badcafe.tmp"
+    shutil.copy(db, left)  # as a backup killed mid-copy leaves it
+    daemon = await Daemon(paths).start()  # its start opens every profile (recovery)
+    try:
+        await daemon.call("memory.list")
+        assert not left.exists()
+    finally:
+        await daemon.stop()

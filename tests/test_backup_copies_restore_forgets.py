@@ -49,6 +49,7 @@ def test_a_restore_forgets_again_what_was_forgotten_after_the_backup(cli, home, 
     assert code == 0, err
     assert values(db(home)) == ["likes tea"]
     assert not holds(db(home), SECRET)  # nor in the file's free pages
+    assert cli("forget", str(memory_id), "--yes")[0] != 0  # it is gone again
     done = json.loads(out)
     assert done["forgotten_again"] == 1 and done["redacted_again"] == 1, done
     assert done["memories"] == 1
@@ -111,3 +112,13 @@ async def test_a_restore_through_the_daemon_forgets_again(tmp_path):
     finally:
         await daemon.stop()
     assert not holds(path, SECRET)
+
+
+def test_the_restore_line_says_what_was_forgotten_again(cli, home, tmp_path):
+    memory_id = asyncio.run(_profile(db(home)))
+    ext = tmp_path / "ext.db"
+    assert cli("backup", "--to", str(ext))[0] == 0
+    assert cli("forget", str(memory_id), "--yes")[0] == 0
+    code, out, err = cli("restore", str(ext), "--yes")
+    assert code == 0, err
+    assert "Forgotten again: 1 memory and 1 message forgotten since the backup." in out

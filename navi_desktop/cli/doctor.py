@@ -182,8 +182,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
         emit_json(result)
         return 0
     print(f"Restored {result['path']} from {backup} ({result['memories']} memories).")
+    again, redacted = result.get("forgotten_again") or 0, result.get("redacted_again") or 0
+    if again or redacted:  # what the backup held that was forgotten after it was made
+        print(
+            f"Forgotten again: {again} {'memory' if again == 1 else 'memories'} and"
+            f" {redacted} {'message' if redacted == 1 else 'messages'} forgotten since the backup."
+        )
     if result.get("side_copy"):
         print(f"The file it replaced is kept as {result['side_copy']}.")
+    if result.get("not_compared"):
+        print(f"navi: {result['not_compared']}", file=sys.stderr)
     return 0
 
 

@@ -121,9 +121,12 @@ async def open_store(service: Service, path: Path) -> MemoryStore:
     """The profile's file opened to read and write; on a read-only file system (Linux makes
     one so after a disk error), opened only to read: its memories can still be browsed,
     searched and exported, and each save says why it cannot be made."""
+    from navi_desktop.memory.backup import remove_leftovers
     from navi_desktop.memory.store import MemoryStore
 
     read_only = on_read_only_fs(path) and identity(path) is not None
+    if not read_only:  # full copies a killed backup or restore left (backup.py)
+        await asyncio.to_thread(remove_leftovers, path)
     return await MemoryStore.open(path, embedder=service._embedder(), read_only=read_only)
 
 

@@ -21,7 +21,7 @@ import sqlean
 
 from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
-from navi_desktop.memory.backup import list_backups
+from navi_desktop.memory.backup import list_backups, unusable
 from navi_desktop.memory.failures import (
     free_bytes,
     megabytes,
@@ -126,6 +126,9 @@ def examine(path: Path) -> Report:
     except sqlean.Error as exc:
         report.add("file", PROBLEM, f"SQLite cannot open it: {exc}", _restore_fix(report))
         report.damaged = True
+        return report
+    except ProfileError as exc:  # another database's log beside it (filecheck.check_log)
+        report.add("file", PROBLEM, str(exc))
         return report
     try:
         if truncated:  # read what the file still holds instead of refusing it whole
@@ -311,6 +314,8 @@ def _environment(report: Report) -> None:
         report.add(
             "backups", NOTE, "none yet", f"make one: `navi memory backup{profile_option(path)}`"
         )
+    for entry, why in unusable(path):  # left out of the count above and of any advice
+        report.add("backups", WARNING, f"{entry.name}: {why}", f"delete it: `rm {entry}`")
 
 
 def _permissions(report: Report) -> None:
