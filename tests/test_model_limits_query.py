@@ -54,3 +54,35 @@ async def test_a_hanging_embedder_costs_one_short_wait_then_search_goes_on(
             assert "vector" in hits[0].signals
             assert len(fake.bodies("/api/embed")) == asked + 2
             assert any("works again" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_search_after_the_embedding_host_is_fixed_asks_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause after failures was for the old host: once the user sets a working one, the
+    next search uses vectors (before, it stayed words-only for up to the pause, 10 min)."""
+    from tests.tui_support import Daemon, make_home
+
+    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.5, raising=False)
+    async with FakeOllama() as fake:
+        extra = '[ollama]\nembedding_host = "http://127.0.0.1:9"\n'  # nothing listens there
+        paths = make_home(tmp_path, fake.url)
+        paths.config_file.write_text(
+            paths.config_file.read_text()
+            .replace('embedder = "none"', 'embedder = "ollama"')
+            .replace("[ollama]\n", extra, 1)
+        )
+        daemon = await Daemon(paths).start()
+        try:
+            await daemon.call("memory.add", {"args": ["I drink green tea every morning"]})
+            hits = await daemon.call("memory.search", {"args": ["green tea"]})
+            assert "vector" not in hits[0]["signals"]  # the host is down: paused
+            changes = {"ollama.embedding_host": fake.url}
+            await daemon.call("settings.set", {"changes": changes})
+            await daemon.call("memory.add", {"args": ["tea is green"]})  # embeds what waits
+            async with asyncio.timeout(5):  # the pause was 30 s
+                while "vector" not in hits[0]["signals"]:
+                    await asyncio.sleep(0.2)
+                    hits = await daemon.call("memory.search", {"args": ["green tea"]})
+        finally:
+            await daemon.stop()

@@ -152,6 +152,10 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         and session ends under way finish on the old ones, which are closed after them."""
         old, self.settings = self.settings, new
         self.ollama.apply(old, new)
+        if old.ollama.effective_embedding_host() != new.ollama.effective_embedding_host():
+            for store in self._stores.values():
+                if isinstance(store, MemoryStore):  # a server's store pauses on its own
+                    store.forget_query_failures()
         where = (old.memory.backend, old.memory.dsn) != (new.memory.backend, new.memory.dsn)
         if where and self._stores:  # memory moved: profiles open again where it is now
             self._spawn(self._reopen_stores())

@@ -137,12 +137,17 @@ class SearchOps(VectorSearchOps, HitOps):
         ranked = await asyncio.gather(*(self.db.read(w) for w in work.values()))
         return dict(zip(work, ranked, strict=True))
 
+    def forget_query_failures(self: MemoryStore) -> None:
+        """Ask the embedder for query vectors again at once (its host was just changed): the
+        pause after failures was for the old one."""
+        self._query_gate = None
+
     async def _query_vector(self: MemoryStore, query: str) -> Any:
         """The query's vector, or None: within a short deadline, and none asked for a while
         after one failed (embedders.QueryGate): a dead embedding host must not stall a turn."""
         if self.embedder is None or not query.strip():
             return None
-        gate = getattr(self, "_query_gate", None)
+        gate = getattr(self, "_query_gate", None)  # see forget_query_failures
         if gate is None or gate.embedder is not self.embedder:  # a new embedder is asked anew
             gate = self._query_gate = QueryGate(self.embedder)
         return await gate.vector(query)
