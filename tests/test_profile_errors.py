@@ -83,6 +83,14 @@ def link_for_its_index(path: Path) -> None:
     path.with_name("memory.db-shm").symlink_to(path.parent.parent / "elsewhere")
 
 
+def link_to_the_file(path: Path) -> None:
+    """The file moved elsewhere and linked back: it was opened through the link, out of
+    the profile folder's privacy (the README said such a link is refused)."""
+    moved_to = path.parent.parent / "elsewhere.db"
+    path.rename(moved_to)
+    path.symlink_to(moved_to)
+
+
 def pipe(path: Path) -> None:
     path.unlink()
     os.mkfifo(path)
@@ -146,6 +154,7 @@ DAMAGES: list[tuple[Callable[[Path], None], str, str]] = [
     (pipe, "ProfileUnreadable", "it is not a regular file; it was left untouched: move that"),
     (pipe_for_its_log, "ProfileUnreadable", "memory.db-wal beside it is a named pipe"),
     (link_for_its_index, "ProfileUnreadable", "memory.db-shm beside it is a symbolic link"),
+    (link_to_the_file, "ProfileUnreadable", "it is a symbolic link (to "),
     (another_users_folder, "ProfileUnreadable", "profiles/bad belongs to uid 4321, not to you"),
     (another_users_file, "ProfileUnreadable", "the file belongs to uid 4321, not to you"),
     (another_databases_log, "ProfileUnreadable", "memory.db-wal beside it belongs to another"),

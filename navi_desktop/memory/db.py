@@ -28,6 +28,7 @@ from navi_desktop.memory.filecheck import (
     check_file,
     identity,
     probe,
+    refuse_link,
     refuse_others,
     wal_path,
 )
@@ -127,6 +128,7 @@ class Database:
         anything is written to it or created beside it. ``read_only``: open a file that exists
         only to read it, writing nothing to it or beside it (a read-only disk)."""
         path = Path(path)
+        refuse_link(path)
         if read_only:
             return await cls._open_read_only(path, check)
         if check_file(path):

@@ -192,6 +192,23 @@ def not_a_file(path: Path, reason: str) -> ProfileUnreadable:
     return error
 
 
+def linked(path: Path, target: str) -> ProfileUnreadable:
+    """A symbolic link at the profile's file: its target may sit in a folder others can read,
+    out of reach of the profile folder's privacy (and a dangling one made a file there)."""
+    fix = (
+        f"move the file itself there (`mv {target} {path}`), or set NAVI_HOME to where your"
+        " memory is"
+        if os.path.exists(path)
+        else f"it leads nowhere: remove it (`rm {path}`)"
+    )
+    error = ProfileUnreadable(
+        f"cannot use {path}: it is a symbolic link (to {target}), and Navi opens a profile's"
+        f" file only in the profile's own folder; it was left untouched: {fix}"
+    )
+    error.what = f"it is a symbolic link (to {target})"  # type: ignore[attr-defined]
+    return error
+
+
 def read_only_fs(path: Path) -> DiskError:
     """The file system holding ``path`` is mounted read-only: no permission would help. Like
     a full disk, not a state of the profile: the next call tries again."""

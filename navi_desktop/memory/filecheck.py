@@ -22,6 +22,7 @@ from navi_desktop.memory.failures import (
     damaged,
     emptied,
     foreign_log,
+    linked,
     moved,
     not_a_file,
     not_yours,
@@ -218,6 +219,16 @@ def _holds_memories(backup: Path) -> bool:
         return False
     finally:
         conn.close()
+
+
+def refuse_link(path: Path) -> None:
+    """Refuse a symbolic link at a profile's file (a file the user names, such as a backup
+    to restore, may be one)."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return  # not a link (or nothing there): the other checks say what is wrong
+    raise linked(path, target)
 
 
 def refuse_others(path: Path) -> None:
