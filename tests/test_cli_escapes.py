@@ -81,3 +81,31 @@ def test_a_long_session_end_says_it_is_still_learning(monkeypatch, capsys) -> No
         assert run(["end", "--all"]) == 0
         said = capsys.readouterr().err
         assert said.count("still learning from the session") == 1, said
+
+
+def test_ctrl_c_during_a_reply_says_what_is_kept_and_where() -> None:
+    """It printed "^C" alone: no session, no word of the reply the daemon keeps."""
+    import signal
+    import time
+
+    from tests.fake_ollama import Reply
+
+    with navi_home() as h:
+        h.start()
+        h.fake.script(Reply("one two three four five six seven eight", delay=0.5))
+        chat = h.popen("chat", "count slowly")
+        assert chat.stdout is not None
+        assert chat.stdout.read(3) == "one"  # it streams
+        time.sleep(0.3)
+        chat.send_signal(signal.SIGINT)
+        _, err = chat.communicate(timeout=30)
+        assert chat.returncode == 130, err
+        [line] = err.strip().splitlines()
+        assert line.startswith("navi: stopped (Ctrl+C): what came of the reply is kept in session")
+        session = line.rsplit(" ", 1)[-1]
+        for _ in range(50):  # the daemon saves it as it stops the reply
+            shown = json.loads(h.navi("sessions", "show", session, "--json").stdout)
+            if shown["messages"][-1]["role"] == "assistant":
+                break
+            time.sleep(0.1)
+        assert shown["messages"][-1]["content"].startswith("one"), shown["messages"]

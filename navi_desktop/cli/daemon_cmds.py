@@ -262,6 +262,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         args, text=args.message, session_id=args.session, incognito=True if args.incognito else None
     )
 
+    streaming: dict[str, str] = {}  # the session a reply streams in, once one does
+
     async def main() -> Any:
         client = await _client("`navi chat`")
         if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
@@ -273,6 +275,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         async def show_deltas() -> None:
             async for note in client.notifications():
+                if note.method == "chat.delta":
+                    streaming["session"] = str(note.params.get("session_id"))
                 if note.method == "chat.delta" and not args.json:
                     sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
                     sys.stdout.flush()
@@ -285,7 +289,15 @@ def cmd_chat(args: argparse.Namespace) -> int:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(printer, 2.0)
 
-    result = asyncio.run(main())
+    try:
+        result = asyncio.run(main())
+    except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
+        sys.stdout.write("\n")
+        session = streaming.get("session") or args.session
+        where = f" in session {session}" if session else ""
+        came = "what came of the reply is kept" if streaming else "your message is kept"
+        error(f"stopped (Ctrl+C): {came}{where}")
+        return 130
     if args.json:
         emit_json(result)
     else:
