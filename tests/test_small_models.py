@@ -529,3 +529,30 @@ async def test_an_invented_sentence_is_left_out_of_a_grounded_summary(store, llm
         "The user runs a small bakery in Porto with her husband."
     )
     assert any("ira" in n for n in report.notes)
+
+
+async def test_a_message_the_models_context_cannot_hold_is_refused_in_words(store, llm, fake):
+    """With the instructions and the message alone past the context (a page pasted into a
+    small model), the server cut the prompt from its start, the instructions first, and the
+    model answered what was left: "You said:  blue". Now it is said, and the message kept."""
+    from navi_desktop.llm.errors import MessageTooLong
+
+    sid = await new_session(store, ("user", "hello"), ("assistant", "Hi."))
+    page = "My favourite colour is blue, and here is why. " * 3_000  # ~30k tokens
+    asked = len(chat_bodies(fake))
+    with pytest.raises(MessageTooLong) as err:
+        await capped_turn(store, llm, sid, page)
+    said = str(err.value)
+    assert "the chat model's context holds 8,192" in said and "send a shorter message" in said
+    assert len(chat_bodies(fake)) == asked  # nothing was sent
+    assert (await store.messages(sid))[-1].content == page  # the message is kept
+
+
+async def test_a_long_message_that_fits_is_answered(store, llm, fake):
+    """A message past a search's 10,000 characters (a pasted page) is searched by its start:
+    the memory search it feeds refused it, and the turn failed."""
+    sid = await new_session(store, ("user", "hello"), ("assistant", "Hi."))
+    page = "My favourite colour is blue, and here is why. " * 320  # ~14,700 characters
+    fake.script(Reply("Blue it is."))
+    result = await capped_turn(store, llm, sid, page)
+    assert result.reply == "Blue it is."

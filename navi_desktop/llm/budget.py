@@ -14,13 +14,14 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from navi_desktop.llm.errors import PromptTooLong
+from navi_desktop.llm.errors import MessageTooLong, PromptTooLong
 
 CHARS_PER_TOKEN = 3.2  # English prose is ~4 with Llama-style tokenizers; code and JSON less
 JSON_CHARS_PER_TOKEN = 2.5  # structured output: quotes, braces and short keys
 MESSAGE_OVERHEAD = 8  # role markers and separators of a chat template, per message
 MIN_NUM_CTX = 4096  # current Ollama's default: chat and background work share one size
 MIN_OUTPUT = 256  # the least output room worth asking for
+MIN_REPLY_TOKENS = 32  # a chat prompt that leaves less than this for the reply is refused
 MAX_CHARS_PER_TOKEN = 64  # longer than any token: an answer beyond num_predict × this ignored it
 # Structured requests are background work: close to deterministic. A fixed seed makes a
 # retry with the same strategy give the same answer, so retries change the strategy instead.
@@ -167,6 +168,10 @@ def chat_request(
     fitted first (:func:`fit_messages`)."""
     room = min(reply_tokens or 1024, 1024)
     fitted, tokens = _fit(messages, context_length, room)
+    # Only the instructions and the last message are left, and they do not fit (with a
+    # little room to answer): the server would cut the instructions, and answer nonsense.
+    if context_length and tokens - room + MIN_REPLY_TOKENS > context_length:
+        raise MessageTooLong(tokens - room, context_length)
     options = dict(given or {})
     if reply_tokens:
         options.setdefault("num_predict", reply_tokens)

@@ -147,6 +147,22 @@ class PromptTooLong(LLMError):
         )
 
 
+class MessageTooLong(LLMError):
+    """A chat prompt whose instructions and last message alone exceed the model's context:
+    the server would cut it from the front (the instructions first), silently."""
+
+    kind = "message_too_long"
+
+    def __init__(self, prompt: int, context_length: int) -> None:
+        self.prompt = prompt
+        self.context_length = context_length
+        super().__init__(
+            f"the message and Navi's instructions need about {prompt:,} tokens, and the chat"
+            f" model's context holds {context_length:,}: send a shorter message (or split it),"
+            " or choose a model with a longer context (ollama.chat_model in settings)"
+        )
+
+
 class ToolLoopLimit(LLMError):
     """The model kept asking for tools past the round limit."""
 

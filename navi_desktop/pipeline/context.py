@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import StorageUnavailable
+from navi_desktop.limits import MAX_QUERY
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.ledger import Injection
 from navi_desktop.memory.models import Memory
@@ -170,7 +171,7 @@ async def _memory_block(
         injections.append(Injection(rule.id, rank, 1.0, {}, "rule", rule))
 
     hits = await store.search(
-        user_text,
+        user_text[:MAX_QUERY],  # a long message (a pasted page) is searched by its start
         kinds=["fact", "episode", "reflection"],
         exclude_session=session_id,
         limit=settings.max_facts,
