@@ -122,3 +122,34 @@ def test_the_restore_line_says_what_was_forgotten_again(cli, home, tmp_path):
     code, out, err = cli("restore", str(ext), "--yes")
     assert code == 0, err
     assert "Forgotten again: 1 memory and 1 message forgotten since the backup." in out
+
+
+def test_an_accented_variant_in_the_backup_is_forgotten_again(tmp_path):
+    """The restore's look for words forgotten since kept accents; forget and search fold
+    them, so "ZQXSECRÉT42" in the backup came back after "ZQXSECRET42" was forgotten."""
+    from navi_desktop.memory.store import MemoryStore
+
+    path = tmp_path / "profile" / "memory.db"
+
+    async def said() -> str:
+        async with await MemoryStore.open(path) as store:
+            session = await store.create_session()
+            await store.save_message(session.id, "user", "accented ZQXSECR\u00c9T42 here")
+            return session.id
+
+    async def forget() -> None:
+        async with await MemoryStore.open(path) as store:
+            gate = (await store.add_memory("ZQXSECRET42", key="gate code")).memory
+            await store.forget(gate.id)
+
+    async def messages(session_id: str) -> list[str]:
+        async with await MemoryStore.open(path) as store:
+            return [m.content for m in await store.messages(session_id)]
+
+    session_id = asyncio.run(said())
+    ext = tmp_path / "ext.db"
+    make_backup(path, ext)
+    asyncio.run(forget())
+    done = restore_file(ext, path)
+    assert done.to_dict()["redacted_again"] == 1
+    assert asyncio.run(messages(session_id)) == ["accented [forgotten] here"]

@@ -118,3 +118,18 @@ def test_a_forget_on_the_file_scrubs_the_daemons_logs(cli, home: Path) -> None:
     code, _, err = cli("forget", "1", "--yes")
     assert code == 0, err
     assert [SECRET in log.read_text() for log in logs] == [False, False]
+
+
+async def test_an_accented_variant_said_during_the_turn_goes_too(tmp_path: Path) -> None:
+    """Forget folds accents as search does; the look at what was forgotten meanwhile did
+    not, so a reply saying "ZQXSECRÉT42" was saved as it was, and found by the value."""
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        session = await store.create_session()
+        gate = (await store.add_memory(SECRET, key="gate code")).memory
+        before = (await store.save_message(session.id, "user", "hello")).created_at
+        await store.forget(gate.id)
+        late = await store.save_message(
+            session.id, "assistant", "it is ZQXSECR\u00c9T42", said_at=before
+        )
+        assert late.content == "it is [forgotten]"
+        assert await store.search(SECRET, kinds=["message"]) == []

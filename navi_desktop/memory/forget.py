@@ -29,7 +29,14 @@ from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.documents import memory_text
 from navi_desktop.memory.forget_copies import CopyScrubOps
 from navi_desktop.memory.forget_kept import kept_after
-from navi_desktop.memory.matching import Matcher, broad_reason, needle_form, phrase_of, phrases
+from navi_desktop.memory.matching import (
+    Matcher,
+    broad_reason,
+    needle_form,
+    phrase_forms,
+    phrase_of,
+    phrases,
+)
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
 
@@ -233,10 +240,10 @@ class ForgetCommon:
         secret = await self._tomb_key()
         rows = []
         for text in texts:
-            phrase = phrase_of(text)
-            words = len(phrase.split(" "))
-            if phrase and words <= MAX_PHRASE_WORDS:
-                rows.append((keyed_hash(secret, f"phrase\x1f{phrase}"), words, now_iso()))
+            for phrase in phrase_forms(text):
+                words = len(phrase.split(" "))
+                if phrase and words <= MAX_PHRASE_WORDS:
+                    rows.append((keyed_hash(secret, f"phrase\x1f{phrase}"), words, now_iso()))
         await self.db.executemany(
             "INSERT INTO forgotten_phrases (hash, words, created_at) VALUES (?, ?, ?)"
             " ON CONFLICT DO NOTHING",

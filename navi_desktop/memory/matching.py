@@ -212,15 +212,23 @@ class Matcher:
 
 def phrases(text: str, lengths: Iterable[int]) -> set[str]:
     """Every run of ``n`` consecutive words of ``text``, for each ``n`` in ``lengths``, in the
-    form forgotten phrases are hashed in (see ``phrase_of``)."""
+    forms forgotten phrases are hashed in (``phrase_forms``): "ZQXSECRÉT42" is looked up as
+    itself and as "zqxsecret42", as matching and search take it."""
     words = tokens(_phrase_form(text))
     out: set[str] = set()
     for n in set(lengths):
         for i in range(len(words) - n + 1):
             out.add(" ".join(words[i : i + n]))
-    return out
+    return out | {_bare(p) for p in out}
 
 
 def phrase_of(value: str) -> str:
     """The words of a forgotten value, as its phrase tombstone is hashed."""
     return " ".join(tokens(_phrase_form(value)))
+
+
+def phrase_forms(value: str) -> set[str]:
+    """The forms a forgotten value's phrase is buried in: as written (the form phrases were
+    first hashed in, which older tombstones have) and without accents (see ``_bare``)."""
+    phrase = phrase_of(value)
+    return {phrase, _bare(phrase)}
