@@ -40,3 +40,65 @@ def test_auto_picks_the_installed_offline_embedder():
 
     assert isinstance(embedder_by_name("auto"), LocalEmbedder)
     assert embedder_by_name("none") is None
+
+
+async def test_a_query_goes_before_the_rest_of_a_background_batch() -> None:
+    """A search's query waited behind a whole background batch (32 long texts held the
+    engine for 40 s on 2 cores), past its deadline: it now waits for one slice at most."""
+    import asyncio
+    import threading
+
+    import numpy as np
+
+    calls: list[str] = []
+    first_slice = threading.Event()
+    go_on = threading.Event()
+
+    class Engine:  # the real engine's two calls, recorded; the first slice held until told
+        def passage(self, texts: list[str]) -> np.ndarray:
+            calls.append(f"passage {texts[0]}")
+            if not first_slice.is_set():
+                first_slice.set()
+                go_on.wait(10)
+            return np.ones((len(texts), 4), np.float32)
+
+        def query(self, texts: list[str]) -> np.ndarray:
+            calls.append("query")
+            return np.ones((len(texts), 4), np.float32)
+
+    embedder = LocalEmbedder()
+    embedder._engine = Engine()
+    batch = asyncio.ensure_future(embedder.embed([f"t{i}" for i in range(6)], query=False))
+    await asyncio.to_thread(first_slice.wait, 10)
+    query = asyncio.ensure_future(embedder.embed(["green tea"], query=True))
+    await asyncio.sleep(0.2)  # the query is waiting for the engine
+    go_on.set()
+    await asyncio.gather(batch, query)
+    assert calls == ["passage t0", "query", "passage t2", "passage t4"]
+
+
+async def test_a_busy_offline_embedder_is_not_taken_for_a_dead_host(monkeypatch) -> None:
+    """A query that timed out behind the offline embedder's own work paused every search's
+    meaning for 30 s to 10 min, as for a host that does not answer."""
+    import asyncio
+    import time
+
+    import numpy as np
+
+    from navi_desktop.memory import embedders
+
+    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.2)
+    slow = [True]
+
+    class Engine:
+        def query(self, texts: list[str]) -> np.ndarray:
+            if slow.pop() if slow else False:
+                time.sleep(0.5)  # busy, not dead
+            return np.ones((len(texts), 4), np.float32)
+
+    embedder = LocalEmbedder()
+    embedder._engine = Engine()
+    gate = embedders.QueryGate(embedder)
+    assert await gate.vector("green tea") is None  # words only this once
+    await asyncio.sleep(0.5)  # the engine is free again
+    assert await gate.vector("green tea") is not None  # asked again at once

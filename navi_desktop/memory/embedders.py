@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -80,6 +81,9 @@ EmbedFn = Callable[[str, list[str]], Awaitable[Sequence[Sequence[float]]]]
 # A search query is embedded from its first characters only: the models read at most 512
 # tokens (a few thousand characters), and a longer text would only cost time.
 MAX_QUERY_CHARS = 2000
+# Passages the offline embedder takes at once: a query waits at most this many (~1.3 s each
+# for a long text on 2 cores), within its deadline.
+PASSAGE_SLICE = 2
 
 
 class OllamaEmbedder:
@@ -130,6 +134,12 @@ class QueryGate:
         except BadVector as exc:  # this text's, not the host's: the next query may do
             log.warning("query embedding failed, searching text only: %s", exc)
             return None
+        except TimeoutError:
+            if isinstance(self.embedder, LocalEmbedder):  # busy in this process, not dead
+                log.info("query embedding waited %g s: searching text only", QUERY_DEADLINE_S)
+                return None
+            self._failed(TimeoutError())
+            return None
         except Exception as exc:  # an unreachable model must not break text search
             self._failed(exc)
             return None
@@ -167,12 +177,40 @@ class LocalEmbedder:
                 " (Linux x86_64)"
             ) from exc
         self._engine = E5()
-        self._lock = threading.Lock()  # the C engine is not documented as thread-safe
+        # One call at a time (the C engine is not documented as thread-safe), and a search's
+        # query before any waiting passage: a background batch of 32 long texts held the
+        # engine for 40 s on 2 cores, and the query waited behind all of it.
+        self._turn = threading.Condition()
+        self._busy = False
+        self._queries = 0  # waiting for their turn
 
     def _run(self, texts: list[str], query: bool) -> np.ndarray:
-        with self._lock:
-            out = self._engine.query(texts) if query else self._engine.passage(texts)
-        return normalized(np.atleast_2d(out), self.model)
+        if query:
+            with self._engine_turn(query=True):
+                out = self._engine.query(texts)
+            return normalized(np.atleast_2d(out), self.model)
+        parts = []
+        for start in range(0, len(texts), PASSAGE_SLICE):  # a query gets in between
+            with self._engine_turn(query=False):
+                parts.append(
+                    np.atleast_2d(self._engine.passage(texts[start : start + PASSAGE_SLICE]))
+                )
+        return normalized(np.vstack(parts), self.model)
+
+    @contextlib.contextmanager
+    def _engine_turn(self, *, query: bool) -> Iterator[None]:
+        with self._turn:
+            self._queries += query
+            while self._busy or (not query and self._queries):
+                self._turn.wait()
+            self._queries -= query
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._turn:
+                self._busy = False
+                self._turn.notify_all()
 
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:
