@@ -4,6 +4,7 @@ fake Ollama on loopback."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -183,3 +184,21 @@ def test_the_status_line_names_the_part_and_fits_80_columns():
     assert narrow.cell_len <= 68 and "learning 2/5" in str(narrow)
     two = Status(learning=(Learning(0, 0, True), Learning(1, 3, False)), profile="x")
     assert "learning from 2 sessions…" in str(render_status(two))
+
+
+async def test_a_reply_the_server_cut_short_says_so_when_reloaded(fake, tmp_path):
+    """The part kept of a reply the server broke off read, reloaded, as a whole reply."""
+    paths = make_home(tmp_path, fake.url)
+    daemon = await Daemon(paths).start()
+    try:
+        session = (await daemon.call("sessions.create", {}))["id"]
+        fake.script(Reply(chunks=["Once ", "upon "], error="llama runner process has terminated"))
+        with contextlib.suppress(Exception):
+            await daemon.call("chat.send", {"text": "tell me a story", "session_id": session})
+        app = NaviApp(paths, autostart=False)
+        async with app.run_test(size=SIZE) as pilot:
+            await ready(app, pilot)
+            await app.screen.action_open_session(session)
+            assert assistant_notes(app) == ["(cut short: the model server failed before its end)"]
+    finally:
+        await daemon.stop()

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 STOPPED = "(stopped)"
+FAILED = "(cut short: the model server failed before its end)"
 CUT = (
     "(cut at its length limit: for longer replies raise “Reply limit” in Settings (F4),"
     " ollama.reply_max_tokens)"
@@ -21,10 +22,12 @@ _DETAIL = re.compile(r"\s*\([^()]*\)$")  # "quote too short to show anything ('f
 
 
 def reply_note(reply: dict[str, Any]) -> str | None:
-    """The line under a finished reply: stopped by the user, or cut at the length cap (a
-    ``chat.send`` result, or a stored reply's meta)."""
+    """The line under a finished reply: stopped by the user, cut short by the server, or cut
+    at the length cap (a ``chat.send`` result, or a stored reply's meta)."""
     if reply.get("cancelled"):
         return STOPPED
+    if reply.get("failed"):  # kept as far as it came (daemon/chat.py)
+        return FAILED
     if reply.get("cut"):
         return CUT
     return None
