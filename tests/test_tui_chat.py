@@ -439,3 +439,32 @@ def test_a_session_report_counts_what_was_learned_and_what_waits():
         learned_text({"added": [1, 2], "superseded": [3], "held": [4]})
         == "3 memories learned, 1 to review in Memory → Inbox"
     )
+
+
+async def test_a_message_the_daemon_could_not_store_comes_back_to_the_prompt(fake, tmp_path):
+    """On a full disk the message was shown as sent, under "(no reply)", and lost; Ctrl+R
+    then answered the turn before it under it. Now it is back in the prompt, unsent."""
+    from tests.test_disk_full import fill, small_disk
+
+    with small_disk(tmp_path / "disk", "10m") as disk:
+        paths = make_home(disk, fake.url)
+        d = await Daemon(paths).start()
+        try:
+            app = NaviApp(paths, autostart=False)
+            async with app.run_test(size=SIZE) as pilot:
+                await until(pilot, lambda: app.status.memories is not None)
+                fake.script(Reply("Hello there."))
+                await pilot.press(*"hello", "enter")
+                await until(pilot, lambda: app.screen.reply is None and len(views(app)) == 2)
+                filler = fill(disk)
+                await pilot.press(*"on a full disk", "enter")
+                prompt = app.screen.query_one("#prompt")
+                await until(pilot, lambda: prompt.text == "on a full disk")
+                assert [v.text for v in views(app)] == ["hello", "Hello there."]
+                filler.unlink()
+                fake.script(Reply("Hello again."))
+                await pilot.press("ctrl+r")  # the last stored turn, under its own message
+                again = ["hello", "Hello again."]
+                await until(pilot, lambda: [v.text for v in views(app)] == again)
+        finally:
+            await d.stop()

@@ -32,6 +32,17 @@ class SessionActions:
         def notify(self, message: str, **kw: Any) -> None: ...
         def query_one(self, selector: str, expect_type: Any = None) -> Any: ...
 
+    async def _stored(self, text: str) -> bool:
+        """Whether the session's last message in the daemon is ``text`` from the user: the
+        message got there before the turn failed (a model error), and stays (False when that
+        cannot be asked: given back, a resend is better than a loss)."""
+        try:
+            shown = await self.navi.link.call("sessions.show", {"id": self.session_id})
+        except Exception:
+            return False
+        said = [m for m in shown.get("messages", []) if m.get("role") == "user"]
+        return bool(said) and said[-1].get("content") == text
+
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_rename_session(self) -> None:
         if self.session_id is None or self.incognito:

@@ -210,8 +210,9 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
             if text:
                 self._give_back(text)  # not sent: give the words back instead of losing them
             return
-        if text is not None:
-            await self._add(MessageView("user", text))
+        said = MessageView("user", text) if text is not None else None
+        if said is not None:
+            await self._add(said)
         reply = MessageView("assistant")
         await self._add(reply)
         await reply.begin_stream()
@@ -226,6 +227,13 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         except Exception as err:
             if self._stopping:  # stopped before the first token: not an error
                 await reply.finish(reply.text, note=STOPPED)
+            elif said and text and not self.incognito and not await self._stored(text):
+                # Never stored (a full disk, the daemon gone): shown as sent, it was lost, and
+                # Ctrl+R then answered the turn before under it.
+                await reply.remove()
+                await said.remove()
+                self._give_back(text)
+                self.navi.report(err, "Sending (your message is back in the prompt)")
             else:
                 await reply.finish(reply.text, note=f"⚠ {err}")
                 self.navi.report(err, "The reply")
