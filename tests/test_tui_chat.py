@@ -468,3 +468,22 @@ async def test_a_message_the_daemon_could_not_store_comes_back_to_the_prompt(fak
                 await until(pilot, lambda: [v.text for v in views(app)] == again)
         finally:
             await d.stop()
+
+
+async def test_a_message_left_without_a_reply_can_be_answered_again(fake, daemon):
+    """A message whose reply never came (the daemon killed mid-reply, a model error) could
+    not be answered again: Ctrl+R wants a reply to replace."""
+    session = (await daemon.call("sessions.create", {}))["id"]
+    fake.script(Reply(status=500, error="model crashed"))
+    with pytest.raises(Exception, match="model crashed"):
+        await daemon.call("chat.send", {"text": "are you there?", "session_id": session})
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.status.memories is not None)
+        await app.screen.action_open_session(session)
+        await until(pilot, lambda: [v.text for v in views(app)] == ["are you there?"])
+        fake.script(Reply("Here now."))
+        await pilot.press("ctrl+r")
+        await until(pilot, lambda: [v.text for v in views(app)] == ["are you there?", "Here now."])
+    shown = await daemon.call("sessions.show", {"id": session})
+    assert [m["content"] for m in shown["messages"]] == ["are you there?", "Here now."]

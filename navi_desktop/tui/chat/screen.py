@@ -154,8 +154,9 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel":
             return self.reply is not None
-        if action == "regenerate":
-            return not self.answering and self._last_reply() is not None
+        if action == "regenerate":  # a message left without a reply (a crash) is answered
+            views = self._views()
+            return not self.answering and bool(views) and views[-1].role in ("assistant", "user")
         if action in ("used", "copy_reply"):
             return self._last_reply() is not None
         if action == "rate_reply":
@@ -270,12 +271,13 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
             self.navi.report(err, "Stopping the reply")
 
     async def action_regenerate(self) -> None:
-        last = self._last_reply()
-        if last is None or self.answering:
+        if not self.check_action("regenerate", ()):
             return
+        last = self._last_reply()  # None: the last message has no reply yet
         self.answering = True
         try:
-            await last.remove()
+            if last is not None:
+                await last.remove()
         finally:
             self.send(None, regenerate=True)
 
