@@ -151,7 +151,8 @@ class SettingsScreen(NaviScreen):
         return (
             "The settings are kept by the Navi daemon, which is not answering:\n"
             f"{detail or 'no reason given'}\n\n"
-            "Start it with `navi daemon start`; this screen fills in as soon as it answers."
+            "Once that is dealt with, Alt+G (or `navi daemon start`) starts it; this screen"
+            " fills in as soon as it answers."
         )
 
     async def on_daemon(self, method: str, params: Any) -> None:
