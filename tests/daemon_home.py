@@ -39,6 +39,17 @@ def navi(
     )
 
 
+def kill_left_daemon(lock: Path) -> None:
+    """SIGKILL the daemon named in ``lock`` if it still runs (a stop that did not finish, a
+    start that timed out under load): a test leaves none behind. The lock keeps the pid after
+    a stop, so the process is checked to be a Navi daemon first (the pid may be reused)."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(lock.read_text() or 0) if lock.is_file() else 0
+        command = Path(f"/proc/{pid}/cmdline").read_bytes() if pid else b""
+        if b"navi_desktop" in command and b"daemon" in command:
+            os.kill(pid, signal.SIGKILL)
+
+
 def write_export(path: Path, count: int) -> Path:
     """An export of ``count`` facts (~250 bytes each): a long import, to act during."""
     memories = [
@@ -106,9 +117,6 @@ def navi_home(name: str = "h") -> Iterator[Home]:
     finally:
         if h.socket.exists() and not h.socket.is_symlink():
             h.navi("daemon", "stop")
-        with contextlib.suppress(OSError, ValueError):
-            pid = int(h.lock.read_text() or 0) if h.lock.is_file() else 0
-            if pid:
-                os.kill(pid, signal.SIGKILL)
+        kill_left_daemon(h.lock)
         fake.stop()
         shutil.rmtree(root, ignore_errors=True)

@@ -32,7 +32,7 @@ import pytest
 
 from navi_desktop.daemon.client import RpcCallError, call_sync
 from navi_desktop.daemon.rpc import Peer, RpcServer
-from tests.daemon_home import CONFIG, mode, navi
+from tests.daemon_home import CONFIG, kill_left_daemon, mode, navi
 from tests.nobody import NOBODY_UID, needs_root, run_as_nobody
 from tests.test_disk_full import fill, small_disk
 from tests.test_read_only_disk import remount
@@ -66,11 +66,13 @@ def _import(environ: dict[str, str], folder: Path, count: int, size: int = 400) 
 
 @contextlib.contextmanager
 def _stopped_after(environ: dict[str, str]) -> Iterator[None]:
-    """Stop the daemon a test started (by its own `navi daemon stop`)."""
+    """Stop the daemon a test started (by its own `navi daemon stop`; one that does not
+    stop, or a start that timed out under load, is killed: none is left running)."""
     try:
         yield
     finally:
         navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "stop")
+        kill_left_daemon(Path(environ["NAVI_HOME"]) / "run" / "daemon.lock")
 
 
 # -- standard output on a full disk ----------------------------------------------------------
