@@ -91,6 +91,8 @@ def check_file(path: Path, *, writing: bool = True) -> int:
     if st.st_size == 0:
         _refuse_emptied(path)
         return 0
+    if _open_here(st):  # checked when it was opened; a plain open() here would cost its locks
+        return st.st_size
     try:
         with path.open("rb") as fh:
             head = fh.read(HEADER_BYTES)
@@ -116,6 +118,16 @@ def check_file(path: Path, *, writing: bool = True) -> int:
             path, f"truncated: {st.st_size} of the {pages * page_size} bytes its header announces"
         )
     return st.st_size
+
+
+def _open_here(st: os.stat_result) -> bool:
+    """Whether this process has the file open through SQLite (db.OPEN). Closing any
+    descriptor of a file drops every POSIX lock the process holds on it, SQLite's too: a
+    plain open() of it (a restore from a profile that is open, a backup's header check) would
+    leave its readers and writers unseen by other processes."""
+    from navi_desktop.memory.db import OPEN  # db.py imports this module
+
+    return any(db.file_identity == (st.st_dev, st.st_ino) for db in list(OPEN))
 
 
 def _page_size(head: bytes) -> int:
