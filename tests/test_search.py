@@ -268,3 +268,22 @@ async def test_search_reads_on_connections_that_close_with_the_store(tmp_path):
     await store.close()
     # SQLite removes the WAL when its last connection closes: none of the readers is left.
     assert not (tmp_path / "memory.db-wal").exists()
+
+
+async def test_one_vector_of_another_size_leaves_the_others_in_search(tmp_path):
+    """The index took its size from any one stored vector: one a model gave at another size
+    (a flip, a replaced model under the same name) left every other out of search by
+    meaning. It now takes the size most of the newest vectors have."""
+    embedder = BagOfWordsEmbedder()
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path, embedder=embedder) as store:
+        embedder.dim = 13  # one answer of another size, stored first
+        await store.add_memory("odd one out")
+        await store.backfill_embeddings()
+        embedder.dim = 64
+        for text in ("drinks green tea", "lives in Porto", "plays the cello"):
+            await store.add_memory(text)
+        await store.backfill_embeddings()
+    async with await MemoryStore.open(path, embedder=embedder) as store:  # the index loads
+        [hit] = await store.search("cello player")
+        assert "vector" in hit.signals

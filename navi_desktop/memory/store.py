@@ -373,7 +373,13 @@ class MemoryStore(
 
     async def _load_bit_index(self, model: str) -> BitIndex:
         """``model``'s codes from the file (_load_codes)."""
-        dim = await self.db.scalar("SELECT dim FROM embeddings WHERE model = ? LIMIT 1", (model,))
+        # The size most of the newest vectors have (an index scan, not the whole table): any
+        # one row's, when a model once gave another size, left all the others out of search.
+        dim = await self.db.scalar(
+            "SELECT dim FROM (SELECT dim FROM embeddings WHERE model = ? ORDER BY id DESC"
+            " LIMIT 100) GROUP BY dim ORDER BY count(*) DESC LIMIT 1",
+            (model,),
+        )
         index = BitIndex(model, dim or 0)
         # An index large enough for the compiled scan gets it ready while its codes load
         # (importing numba and loading its compiled code, or compiling it: 0.5-3 s).
