@@ -1,6 +1,6 @@
 """What the user does to the open session besides chatting: rename, delete, export, learn
 from it now (and hear what a session end learned and dropped), and switch the chat model.
-Mixed into ``ChatScreen``, which provides what is declared here."""
+Mixed into ``ChatScreen``."""
 
 from __future__ import annotations
 
@@ -16,23 +16,11 @@ from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed
 from navi_desktop.tui.export import export_to
 
 if TYPE_CHECKING:
-    from navi_desktop.tui.app import NaviApp
-    from navi_desktop.tui.chat.sessions import SessionsPane
+    from navi_desktop.tui.chat.screen import ChatScreen
 
 
 class SessionActions:
-    if TYPE_CHECKING:
-        navi: NaviApp
-        app: NaviApp
-        session_id: str | None
-        incognito: bool
-        sessions: SessionsPane
-
-        async def _clear(self) -> None: ...
-        def notify(self, message: str, **kw: Any) -> None: ...
-        def query_one(self, selector: str, expect_type: Any = None) -> Any: ...
-
-    async def _stored(self, text: str) -> bool:
+    async def _stored(self: ChatScreen, text: str) -> bool:
         """Whether the session's last message in the daemon is ``text`` from the user: the
         message got there before the turn failed (a model error), and stays (False when that
         cannot be asked: given back, a resend is better than a loss)."""
@@ -44,7 +32,7 @@ class SessionActions:
         return bool(said) and said[-1].get("content") == text
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_rename_session(self) -> None:
+    async def action_rename_session(self: ChatScreen) -> None:
         if self.session_id is None or self.incognito:
             return
         session_id = self.session_id
@@ -61,7 +49,7 @@ class SessionActions:
         self.query_one("#chat-title", Label).update(title)
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_delete_session(self) -> None:
+    async def action_delete_session(self: ChatScreen) -> None:
         if self.session_id is None or self.incognito:
             return
         title = self.sessions.title_of(self.session_id) or "this session"
@@ -85,7 +73,7 @@ class SessionActions:
         self.notify("Session deleted")
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_export_session(self) -> None:
+    async def action_export_session(self: ChatScreen) -> None:
         session_id = self.session_id
         if session_id is None or self.incognito:
             return
@@ -106,7 +94,7 @@ class SessionActions:
             self.notify(f"Exported to {safe(str(path))}")
 
     @work(group="end", exit_on_error=False)
-    async def _end(self, session_id: str, quiet: bool = False) -> None:
+    async def _end(self: ChatScreen, session_id: str, quiet: bool = False) -> None:
         """Learn from a session now (the same path as the inactivity timeout)."""
         if not quiet:
             self.notify("Learning from this session…")
@@ -125,7 +113,7 @@ class SessionActions:
             elif worth_telling(report) or not quiet:
                 self._tell_ended(report, "Session ended")
 
-    def _ended_by_daemon(self, params: Any) -> None:
+    def _ended_by_daemon(self: ChatScreen, params: Any) -> None:
         """A session end the daemon ran on its own (inactivity, a retry, recovery) says what
         it learned and dropped; one this screen asked for says so itself (``_end``)."""
         if not isinstance(params, dict) or params.get("trigger") in (None, "explicit"):
@@ -136,17 +124,17 @@ class SessionActions:
             title = self.sessions.title_of(params.get("session_id"))
             self._tell_ended(params, f"Session “{title}” ended" if title else "A session ended")
 
-    def _tell_ended(self, report: dict[str, Any], what: str) -> None:
+    def _tell_ended(self: ChatScreen, report: dict[str, Any], what: str) -> None:
         # Reasons may hold brackets: no markup. Longer when there are reasons to read.
         timeout = 12 if report.get("dropped") else 6
         self.notify(f"{what}: {end_notice(report)}", markup=False, timeout=timeout)
 
-    def action_end_session(self) -> None:
+    def action_end_session(self: ChatScreen) -> None:
         if self.session_id is not None and not self.incognito:
             self._end(self.session_id)
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_switch_model(self) -> None:
+    async def action_switch_model(self: ChatScreen) -> None:
         from navi_desktop.tui.chat.models import ModelPicker  # with its first use
 
         try:

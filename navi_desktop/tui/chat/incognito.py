@@ -1,44 +1,27 @@
 """Incognito in the chat: entering clears the screen; leaving asks whether to discard the
-conversation or keep it as a normal session. Mixed into ``ChatScreen``, which provides what
-is declared here."""
+conversation or keep it as a normal session. Mixed into ``ChatScreen``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from textual import work
 
 from navi_desktop.tui.dialogs import ChoiceScreen
 
 if TYPE_CHECKING:
-    from navi_desktop.tui.app import NaviApp
-    from navi_desktop.tui.chat.messages import MessageView
-    from navi_desktop.tui.chat.sessions import SessionsPane
+    from navi_desktop.tui.chat.screen import ChatScreen
 
 
 class IncognitoActions:
-    if TYPE_CHECKING:
-        navi: NaviApp
-        app: NaviApp
-        session_id: str | None
-        incognito: bool
-        sessions: SessionsPane
-
-        async def _clear(self) -> None: ...
-        def _show_title(self) -> None: ...
-        def _views(self) -> list[MessageView]: ...
-        def _wait_for_reply(self) -> bool: ...
-        def notify(self, message: str, **kw: Any) -> None: ...
-        def refresh_bindings(self) -> None: ...
-
-    def _set_incognito(self, on: bool) -> None:
+    def _set_incognito(self: ChatScreen, on: bool) -> None:
         self.incognito = on
         self.navi.set_status(incognito=on)
         self._show_title()
         self.refresh_bindings()
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
-    async def action_toggle_incognito(self) -> None:
+    async def action_toggle_incognito(self: ChatScreen) -> None:
         if self._wait_for_reply():
             return
         if self.incognito:
@@ -53,7 +36,7 @@ class IncognitoActions:
         self._set_incognito(True)
         self.notify("Incognito: nothing from this chat is saved or learned")
 
-    async def _leave_incognito(self) -> bool:
+    async def _leave_incognito(self: ChatScreen) -> bool:
         """Leave incognito: discard the transcript (after a confirm) or keep it as a session.
         Returns False when the user stays."""
         session_id = self.session_id
