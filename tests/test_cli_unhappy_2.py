@@ -78,6 +78,19 @@ def _stopped_after(environ: dict[str, str]) -> Iterator[None]:
 # -- standard output on a full disk ----------------------------------------------------------
 
 
+def _navi_into(path: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``navi *args`` with its standard output written to ``path``; stderr captured."""
+    with path.open("w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "navi_desktop", *args],
+            env=environ,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+
+
 @pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
 @pytest.mark.parametrize("form", ["json", "markdown"])
 def test_an_export_to_a_nearly_full_disk_is_refused_in_one_line_not_cut_silently(
@@ -94,16 +107,7 @@ def test_an_export_to_a_nearly_full_disk_is_refused_in_one_line_not_cut_silently
         filler = fill(disk)
         os.truncate(filler, filler.stat().st_size - (64 << 10))  # room for a part of it
         target = disk / "export.out"
-        with target.open("w") as out:
-            done = subprocess.run(
-                [sys.executable, "-m", "navi_desktop", "memory", "export", "--format", form],
-                env=environ,
-                stdout=out,
-                stderr=subprocess.PIPE,
-                text=True,
-                timeout=60,
-            )
-        line = _one_line(done)
+        line = _one_line(_navi_into(target, environ, "memory", "export", "--format", form))
         assert line.startswith(f"navi: cannot write the output: disk full (0.0 MB free in {disk})")
         assert f"{target} is cut short" in line and line.endswith(
             "free some space, or send it to another disk"
@@ -132,16 +136,7 @@ def test_output_that_cannot_be_written_is_said_whatever_the_command(
     if unbuffered:
         environ["PYTHONUNBUFFERED"] = "1"
     assert navi(environ, "memory", "add", "likes tea").returncode == 0
-    with open("/dev/full", "w") as full:
-        done = subprocess.run(
-            [sys.executable, "-m", "navi_desktop", *argv],
-            env=environ,
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-        )
-    line = _one_line(done)
+    line = _one_line(_navi_into(Path("/dev/full"), environ, *argv))
     assert line == (
         "navi: cannot write the output: disk full; it is cut short: free some space, or send"
         " it to another disk"
