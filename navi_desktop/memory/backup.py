@@ -43,7 +43,7 @@ from navi_desktop.memory.failures import (
     translate,
     unreachable,
 )
-from navi_desktop.memory.filecheck import Identity, check_file, read_only, wal_path
+from navi_desktop.memory.filecheck import Identity, check_file, identity, read_only, wal_path
 from navi_desktop.paths import ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -189,10 +189,9 @@ def make_backup(
     if not is_file(db_path):
         raise InvalidInput(f"no memory file at {db_path}: nothing to back up")
     try:  # the cheap check first (its header and size): the copy's own check reads it all
-        # Not while this process has the file open (the daemon: ``expect``): closing any
-        # descriptor of a file drops every POSIX lock the process holds on it, SQLite's
-        # too, and a reader elsewhere then went unseen. The copy's own check covers it.
-        if expect is None:
+        # A file open here is not read (filecheck._open_here); a file that replaced the one
+        # the daemon has open is left to the copy, which says it moved.
+        if expect is None or identity(db_path) == expect:
             check_file(db_path, writing=False)
     except ProfileDamaged as exc:
         raise not_copied(db_path, getattr(exc, "what", str(exc))) from None

@@ -385,14 +385,19 @@ def schema_version(names: Iterable[str]) -> int:
     return max(numbers, default=0)
 
 
-def check_schema(conn: sqlean.Connection, path: Path) -> None:
-    """Refuse a file a newer Navi wrote (steps this version does not know): it is never
-    migrated down nor written. Runs on a read-only connection before anything else."""
+def _recorded(conn: sqlean.Connection) -> list[str]:
+    """The steps a file records as applied (none for a new file)."""
     if not conn.execute(
         "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
     ).fetchone():
-        return
-    recorded = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+        return []
+    return [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+
+
+def check_schema(conn: sqlean.Connection, path: Path) -> None:
+    """Refuse a file a newer Navi wrote (steps this version does not know): it is never
+    migrated down nor written. Runs on a read-only connection before anything else."""
+    recorded = _recorded(conn)
     known = [name for name, _ in MIGRATIONS]
     unknown = sorted(set(recorded) - set(known))
     if unknown:
@@ -407,11 +412,7 @@ def check_current(conn: sqlean.Connection, path: Path) -> None:
     """``check_schema``, and refuse a file an older Navi wrote: its upgrade writes to it, which
     a file opened only to read cannot take."""
     check_schema(conn, path)
-    recorded: list[str] = []
-    if conn.execute(
-        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
-    ).fetchone():
-        recorded = [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
+    recorded = _recorded(conn)
     known = [name for name, _ in MIGRATIONS]
     if any(name not in recorded and name not in READ_WITHOUT for name in known):
         raise ProfileError(
