@@ -26,10 +26,10 @@ class SessionActions:
         cannot be asked: given back, a resend is better than a loss)."""
         try:
             shown = await self.navi.link.call("sessions.show", {"id": self.session_id})
-        except Exception:
+            said = [m for m in shown["messages"] if m["role"] == "user"]
+            return bool(said) and said[-1]["content"] == text
+        except Exception:  # unreachable, or an answer not of this shape
             return False
-        said = [m for m in shown.get("messages", []) if m.get("role") == "user"]
-        return bool(said) and said[-1].get("content") == text
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_rename_session(self: ChatScreen) -> None:
