@@ -264,18 +264,14 @@ class ForgetCommon:
         return redacted if redacted is not None else text
 
     async def _redacted_since(
-        self: Store, said_at: str, content: str, meta: dict[str, Any] | None
+        self: Store, said_at: str, content: str, meta: dict[str, Any] | None, raw: str | None
     ) -> tuple[str, str | None]:
         """A message said at ``said_at`` and saved now (a reply streamed, a tool's result), its
-        content and meta as stored, with what was forgotten everywhere meanwhile redacted:
-        the forget's scrub ran before it was saved. Run in the save's transaction, so that no
-        forget comes between. One small look when nothing was forgotten since."""
-        raw = json.dumps(meta) if meta else None
-        if not await self.db.scalar(
-            "SELECT 1 FROM forgotten_phrases WHERE created_at > ? LIMIT 1", (said_at,)
-        ):
-            return content, raw
-        texts = [content, json.dumps(meta, ensure_ascii=False) if meta else None]
+        content and its meta as stored (``raw``), with what was forgotten everywhere meanwhile
+        redacted: the forget's scrub ran before it was saved. Run in the save's transaction,
+        so that no forget comes between. One small look when nothing was forgotten since."""
+        # A generator: the meta's text is made only when something was forgotten since.
+        texts = (t for t in (content, json.dumps(meta, ensure_ascii=False) if meta else None))
         found = await self._forgotten_phrases(texts, since=said_at)
         if not found:
             return content, raw
@@ -287,8 +283,15 @@ class ForgetCommon:
     ) -> list[str]:
         """The phrases of ``texts`` forgotten everywhere (after ``since``), found by their
         keyed hashes; with ``first``, no more than the first batch that has one."""
+        when = " AND created_at > ?" if since is not None else ""
+        after = [since] if since is not None else []
         lengths = [
-            r[0] for r in await self.db.fetchall("SELECT DISTINCT words FROM forgotten_phrases")
+            r[0]
+            for r in await self.db.fetchall(
+                "SELECT DISTINCT words FROM forgotten_phrases"
+                + (" WHERE created_at > ?" if after else ""),
+                after,
+            )
         ]
         if not lengths:
             return []
@@ -297,14 +300,13 @@ class ForgetCommon:
             keyed_hash(secret, f"phrase\x1f{p}"): p for t in texts if t for p in phrases(t, lengths)
         }
         ordered = sorted(by_hash)
-        when = " AND created_at > ?" if since is not None else ""
         found: list[str] = []
         for start in range(0, len(ordered), PHRASE_CHUNK):  # a server's statement: 32,767 at most
             part = ordered[start : start + PHRASE_CHUNK]
             rows = await self.db.fetchall(
                 f"SELECT hash FROM forgotten_phrases WHERE hash IN ({','.join('?' * len(part))})"
                 f"{when}{' LIMIT 1' if first else ''}",
-                [*part, *([since] if since is not None else [])],
+                [*part, *after],
             )
             found += [by_hash[r[0]] for r in rows]
             if first and found:

@@ -188,7 +188,7 @@ class MemoryStore(
         raw_meta = json.dumps(meta) if meta else None
         async with self.db.transaction():
             if said_at is not None:
-                content, raw_meta = await self._redacted_since(said_at, content, meta)
+                content, raw_meta = await self._redacted_since(said_at, content, meta, raw_meta)
             # Pipelined: each round trip to the SQLite thread is a good part of a save's time.
             steps = self.db.pipeline(
                 self.db.execute(

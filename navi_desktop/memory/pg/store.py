@@ -184,7 +184,7 @@ class PgMemoryStore(
         raw_meta = json.dumps(meta) if meta else None
         async with self.db.transaction():
             if said_at is not None:
-                content, raw_meta = await self._redacted_since(said_at, content, meta)
+                content, raw_meta = await self._redacted_since(said_at, content, meta, raw_meta)
             touched = await self.db.execute(
                 "UPDATE sessions SET last_active_at = $1,"
                 " state = CASE state WHEN 'ended' THEN 'open' ELSE state END WHERE id = $2",
