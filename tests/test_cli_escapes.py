@@ -30,10 +30,11 @@ def test_a_session_end_and_the_status_print_no_escapes() -> None:
         ended = h.navi("end", "--all")
         assert "dropped 1 of 1" in ended.stdout, ended.stdout + ended.stderr
         assert "fav?]52;c;" in ended.stdout
-        h.fake.script(extraction([{"subject": 7, "key": f"k{EVIL}", "value": "x"}]))
         h.navi("chat", "More tea.")
+        h.fake.script(extraction([{"subject": 7, "key": f"k{EVIL}", "value": "x"}]))
         failed = h.navi("end", "--all")  # nothing usable: the reason quotes it
-        status = h.navi("daemon", "status")
+        status = h.navi("daemon", "status")  # and its last failure repeats it
+        assert "k?]52;c;" in failed.stdout and "k?]52;c;" in status.stdout, failed.stdout
         for out in (ended.stdout, failed.stdout, status.stdout):
             assert not any(c in out for c in "\x1b\x07\u202e"), out
 
