@@ -21,13 +21,15 @@ if TYPE_CHECKING:
 
 class SessionActions:
     async def _stored(self: ChatScreen, text: str) -> bool:
-        """Whether the session's last message in the daemon is ``text`` from the user: the
-        message got there before the turn failed (a model error), and stays (False when that
-        cannot be asked: given back, a resend is better than a loss)."""
+        """Whether the message just shown as sent, ``text``, got to the daemon before the turn
+        failed (a model error): the session there has as many user messages as the screen,
+        the last of them this one (by text alone, a repeated "yes" read as stored). False when
+        that cannot be asked: given back, a resend is better than a loss."""
+        shown_here = sum(view.role == "user" for view in self._views())
         try:
             shown = await self.navi.link.call("sessions.show", {"id": self.session_id})
             said = [m for m in shown["messages"] if m["role"] == "user"]
-            return bool(said) and said[-1]["content"] == text
+            return len(said) >= shown_here and said[-1]["content"] == text
         except Exception:  # unreachable, or an answer not of this shape
             return False
 
