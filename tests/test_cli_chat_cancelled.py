@@ -8,44 +8,28 @@ a reply that never finishes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from navi_desktop.daemon.client import call_sync
-from tests.daemon_home import Home
+from tests.daemon_home import Home, navi_home
 from tests.fake_ollama import Reply, ThreadedFakeOllama
-from tests.pipeline_helpers import MODELS
 
 STOPPED = "navi: the reply was stopped before its end (what came is kept in the session)"
 
 
 @pytest.fixture
 def world() -> Iterator[tuple[Home, ThreadedFakeOllama]]:
-    root = Path(tempfile.mkdtemp(prefix="navi-cancel-"))  # short: socket paths are limited
-    fake = ThreadedFakeOllama(MODELS).start()
-    h = Home(root, fake)
-    try:
-        yield h, fake
-    finally:
-        if h.socket.exists():
-            h.navi("daemon", "stop")
-        if h.lock.is_file() and (pid := int(h.lock.read_text() or 0)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        fake.stop()
-        shutil.rmtree(root, ignore_errors=True)
+    with navi_home() as h:
+        yield h, h.fake
 
 
 def read_until(proc: subprocess.Popen[bytes], words: bytes, timeout: float = 30) -> bytes:

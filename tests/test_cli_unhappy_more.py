@@ -27,7 +27,7 @@ import pytest
 
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
-from tests.nobody import NOBODY_GID, NOBODY_UID, run_as_nobody
+from tests.nobody import NOBODY_GID, NOBODY_UID, needs_root, run_as_nobody
 
 PROFILE = "p"
 # Each command, with {db} the profile's file and {out} a folder of the user's own.
@@ -145,7 +145,7 @@ def _warm_up(name: str, tmp: Path) -> None:
                 os.environ[key] = value
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the user nobody (setuid)")
+@needs_root
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_doctor_and_backup_as_nobody_name_the_folder_and_the_fix(
     name: str, locked: Locked, tmp_path: Path, capsys: pytest.CaptureFixture[str]

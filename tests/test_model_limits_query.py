@@ -23,8 +23,8 @@ EMBED_MODEL = "nomic-embed-text"
 async def test_a_hanging_embedder_costs_one_short_wait_then_search_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.5, raising=False)
-    monkeypatch.setattr(embedders, "QUERY_PAUSE_S", 1.0, raising=False)
+    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.5)
+    monkeypatch.setattr(embedders, "QUERY_PAUSE_S", 1.0)
     async with (
         FakeOllama() as fake,
         OllamaBackend(fake.url, timeout=3) as backend,  # a batch of documents may take this
@@ -63,7 +63,7 @@ async def test_a_search_after_the_embedding_host_is_fixed_asks_it_at_once(
     next search uses vectors (before, it stayed words-only for up to the pause, 10 min)."""
     from tests.tui_support import Daemon, make_home
 
-    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.5, raising=False)
+    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.5)
     async with FakeOllama() as fake:
         extra = '[ollama]\nembedding_host = "http://127.0.0.1:9"\n'  # nothing listens there
         paths = make_home(tmp_path, fake.url)

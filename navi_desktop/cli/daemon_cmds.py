@@ -188,10 +188,12 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
         pid = lock_holder(_paths())
         if args.json:
             emit_json({"running": True, "answering": False, "pid": pid, "socket": str(sock)})
-        else:
+        else:  # the pid is unknown when the lock cannot be read
+            who = f"pid {pid}, but" if pid else "but"
+            resume = f" (`kill -CONT {pid}` resumes it)" if pid else ""
             say(
-                f"running      pid {pid}, but not answering within 15 s: busy (a large import)"
-                f" or stopped (`kill -CONT {pid}` resumes it)"
+                f"running      {who} not answering within 15 s: busy (a large import)"
+                f" or stopped{resume}"
             )
         return 4
     except DaemonUnavailable:
@@ -275,9 +277,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
         async def show_deltas() -> None:
             async for note in client.notifications():
-                if note.method == "chat.delta":
-                    streaming["session"] = str(note.params.get("session_id"))
-                if note.method == "chat.delta" and not args.json:
+                if note.method != "chat.delta":
+                    continue
+                streaming.setdefault("session", str(note.params.get("session_id")))
+                if not args.json:
                     sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
                     sys.stdout.flush()
 

@@ -154,9 +154,8 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "cancel":
             return self.reply is not None
-        if action == "regenerate":  # a message left without a reply (a crash) is answered
-            views = self._views()
-            return not self.answering and bool(views) and views[-1].role in ("assistant", "user")
+        if action == "regenerate":  # a message left without a reply (a crash) is answered too
+            return not self.answering and bool(self._views())
         if action in ("used", "copy_reply"):
             return self._last_reply() is not None
         if action == "rate_reply":
