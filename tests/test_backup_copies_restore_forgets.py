@@ -153,3 +153,32 @@ def test_an_accented_variant_in_the_backup_is_forgotten_again(tmp_path):
     done = restore_file(ext, path)
     assert done.to_dict()["redacted_again"] == 1
     assert asyncio.run(messages(session_id)) == ["accented [forgotten] here"]
+
+
+def test_words_forgotten_since_that_only_the_profile_summary_holds_go_too(tmp_path):
+    """The restore looked for forgotten words in memories, messages and titles only, where
+    the forget's scrub also reaches the profile summary, entities and history: a phrase
+    that only the backup's profile summary still held came back."""
+    from navi_desktop.memory.store import MemoryStore
+
+    path = tmp_path / "profile" / "memory.db"
+
+    async def summarised() -> None:
+        async with await MemoryStore.open(path) as store:
+            await store.set_profile_summary("Parks at the ZQXSECRET42 garage.")
+
+    async def forget() -> None:
+        async with await MemoryStore.open(path) as store:
+            gate = (await store.add_memory("ZQXSECRET42", key="garage")).memory
+            await store.forget(gate.id)
+
+    async def summary() -> str | None:
+        async with await MemoryStore.open(path) as store:
+            return (await store.profile_summary())[0]
+
+    asyncio.run(summarised())
+    ext = tmp_path / "ext.db"
+    make_backup(path, ext)
+    asyncio.run(forget())
+    restore_file(ext, path)
+    assert "ZQXSECRET42" not in (asyncio.run(summary()) or "")

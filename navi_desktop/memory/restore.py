@@ -39,6 +39,8 @@ from navi_desktop.memory.failures import free_bytes, megabytes
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, probe, read_only
 from navi_desktop.memory.matching import phrase_of, phrases
 from navi_desktop.memory.migrations import check_schema
+from navi_desktop.memory.scrub import PENDING_KEY
+from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS
 from navi_desktop.memory.textproc import keyed_hash
 from navi_desktop.paths import ensure_private_dir
 
@@ -289,14 +291,26 @@ async def _compare(copy: MemoryStore, forgets: Forgets) -> tuple[Again, list[Any
     return again, *carry
 
 
+# Besides messages: every table and column the forget's scrub redacts (scrub.py _plan_scrub),
+# so that a phrase only the profile summary or an entity's name still holds is found too.
+_OTHER_TEXTS = (
+    f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories",
+    "SELECT title, pending_reason FROM sessions",
+    "SELECT old, new FROM memory_history",
+    f"SELECT value FROM meta WHERE key NOT IN ('tombstone_key', '{PENDING_KEY}')",
+    "SELECT name FROM entities",
+    "SELECT name FROM entity_aliases",
+    "SELECT note FROM reply_feedback",
+)
+
+
 async def _texts(copy: MemoryStore) -> AsyncIterator[str]:
     """Every text a forgotten phrase may be in: what the forget's scrub redacts."""
-    for row in await copy.db.fetchall(
-        "SELECT value, evidence FROM memories UNION ALL SELECT title, pending_reason FROM sessions"
-    ):
-        for text in row:
-            if text:
-                yield text
+    for query in _OTHER_TEXTS:
+        for row in await copy.db.fetchall(query):
+            for text in row:
+                if text:
+                    yield text
     last = 0
     while rows := await copy.db.fetchall(
         "SELECT id, content, meta FROM messages WHERE id > ? ORDER BY id LIMIT ?", (last, PAGE)
