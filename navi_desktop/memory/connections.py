@@ -113,7 +113,8 @@ class ReadPool:
             conn = self._idle.get_nowait()
         except queue.Empty:  # at most SIZE: there are that many threads
             conn = open_connection(self.path, expect=self.expect, read_only=self.read_only)
-            conn.execute("PRAGMA query_only = 1")
+            if not self.read_only:  # (a read-only connection is query-only already)
+                conn.execute("PRAGMA query_only = 1")
             # Pages are read through a memory map, not a read() call each: searches on a
             # large profile were ~15% faster. Shared with the OS page cache, not our heap.
             # (Not on the writing connection: saves were no faster, and their tail longer.)

@@ -134,19 +134,16 @@ class Database:
         if check_file(path):
             await asyncio.to_thread(probe, path, check)
         refuse_others(path)
-        if not path.exists():
-            if not create:
-                raise NotFound(f"no memory file at {path}")
-            try:
-                ensure_private_dir(path.parent)
-                os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
-            except OSError as exc:
-                raise os_failure(exc, path, opening=True) from exc
         # Only a file known to be ours (probed, or new) gets its permissions tightened; before
         # SQLite opens it, so that its log is created with the same mode.
+        new = not path.exists()
+        if new and not create:
+            raise NotFound(f"no memory file at {path}")
         try:
             ensure_private_dir(path.parent)
-            if path.stat().st_mode & 0o777 != 0o600:
+            if new:
+                os.close(os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600))
+            if path.stat().st_mode & 0o777 != 0o600:  # (a umask may take more than 0o077)
                 path.chmod(0o600)
         except OSError as exc:
             raise os_failure(exc, path, opening=True) from exc
