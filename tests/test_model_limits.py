@@ -199,3 +199,14 @@ async def test_the_tool_round_limit_names_a_fix_that_exists(fake: FakeOllama) ->
         " settings"
     )
     assert "ollama.chat_model" in SPECS
+
+
+async def test_many_short_lines_past_a_lines_limit_are_not_refused(fake: FakeOllama) -> None:
+    """The limit is a line's: a pull's progress lines run to megabytes in all, each short.
+    A counter that did not start again at each line would refuse every large pull."""
+    line = b'{"status":"pulling manifest","completed":1,"total":2}\n'
+    count = 2 * (1 << 20) // len(line)  # 2 MB of lines, against 1 MB a line
+    fake.path_replies["/api/pull"] = Reply(raw=b"", endless=line, repeat=count)
+    async with OllamaBackend(fake.url, timeout=10) as backend:
+        seen = [p async for p in backend.pull("llama3.2")]
+    assert len(seen) == count and seen[-1].status == "pulling manifest"
