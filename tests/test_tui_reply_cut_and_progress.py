@@ -4,10 +4,12 @@ fake Ollama on loopback."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
 
+import pytest
+
+from navi_desktop.daemon.client import RpcCallError
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.notices import dropped_text, reason_of
@@ -186,19 +188,14 @@ def test_the_status_line_names_the_part_and_fits_80_columns():
     assert "learning from 2 sessions…" in str(render_status(two))
 
 
-async def test_a_reply_the_server_cut_short_says_so_when_reloaded(fake, tmp_path):
+async def test_a_reply_the_server_cut_short_says_so_when_reloaded(fake, daemon):
     """The part kept of a reply the server broke off read, reloaded, as a whole reply."""
-    paths = make_home(tmp_path, fake.url)
-    daemon = await Daemon(paths).start()
-    try:
-        session = (await daemon.call("sessions.create", {}))["id"]
-        fake.script(Reply(chunks=["Once ", "upon "], error="llama runner process has terminated"))
-        with contextlib.suppress(Exception):
-            await daemon.call("chat.send", {"text": "tell me a story", "session_id": session})
-        app = NaviApp(paths, autostart=False)
-        async with app.run_test(size=SIZE) as pilot:
-            await ready(app, pilot)
-            await app.screen.action_open_session(session)
-            assert assistant_notes(app) == ["(cut short: the model server failed before its end)"]
-    finally:
-        await daemon.stop()
+    session = (await daemon.call("sessions.create", {}))["id"]
+    fake.script(Reply(chunks=["Once ", "upon "], error="llama runner process has terminated"))
+    with pytest.raises(RpcCallError, match="terminated"):
+        await daemon.call("chat.send", {"text": "tell me a story", "session_id": session})
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        await app.screen.action_open_session(session)
+        assert assistant_notes(app) == ["(cut short: the model server failed before its end)"]
