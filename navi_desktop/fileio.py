@@ -5,10 +5,30 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
+import logging
+import math
 import os
+import re
+import signal
 import stat
 import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
+
+log = logging.getLogger(__name__)
+# An export is written beside its file under this name, then renamed over it: one a killed
+# export left holds the user's memories, so the next export into that folder removes it.
+EXPORT_TMP = "navi-export-"
+_EXPORT_LEFT = re.compile(rf"^\..+\.{EXPORT_TMP}[a-z0-9_]{{8}}\.tmp$")
+# Where folder locks are not to be had (NFS): a temporary file this old has no writer left (a
+# writer changes it page after page; a restore's whole stay is seconds to minutes).
+STALE_TMP_S = 3600
+# What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # What stands at a path, for messages ("it is a named pipe, not a socket").
 _KINDS = (
@@ -70,10 +90,11 @@ def read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
-def write_private_atomic(path: Path, text: str) -> None:
+def write_private_atomic(path: Path, text: str, *, tag: str = "") -> None:
     """Write ``text`` through a temp file in the same folder, fsync, rename it over ``path``
-    and fsync the folder: readers see the old file or the new one, never half. Mode 0600."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    and fsync the folder: readers see the old file or the new one, never half. Mode 0600.
+    ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{tag}", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
@@ -106,7 +127,7 @@ def write_user_file(path: Path, text: str) -> bool:
     except FileNotFoundError:
         mode = stat.S_IFREG
     if stat.S_ISREG(mode):
-        write_private_atomic(path.resolve() if path.is_symlink() else path, text)
+        _write_export(path.resolve() if path.is_symlink() else path, text)
         return False
     if stat.S_ISBLK(mode):
         raise OSError(errno.EINVAL, "it is a disk device", str(path))
@@ -129,3 +150,112 @@ def _write_into(path: Path, text: str) -> None:
     os.set_blocking(fd, True)
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
         handle.write(text)
+
+
+def _write_export(path: Path, text: str) -> None:
+    """``write_private_atomic`` under a name an export's cleaner knows: what a killed export
+    left in the folder goes first (never a live export's, which holds the folder's lock),
+    and SIGINT, SIGTERM or SIGHUP meanwhile remove the temp file before they stop the
+    process. Before, each left a private copy of the memories that no forget reached."""
+    remove_matching(path.parent, _EXPORT_LEFT, "a stopped export")
+    with writing_in(path.parent), _stopped_by_signals():
+        write_private_atomic(path, text, tag=EXPORT_TMP)
+
+
+class _Stopped(BaseException):
+    """A stopping signal, raised where the code was, so that its cleanup runs."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """Inside, SIGINT, SIGTERM and SIGHUP raise ``_Stopped`` (an ``except BaseException``
+    removes what was half-written); after it, the signal is delivered again to the handler
+    there was, so the process stops as it would have. A signal ignored (``nohup``) stays
+    ignored; off the main thread (the app's export) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+        if len(caught) == 1:  # a second one must not break off the first one's cleanup
+            raise _Stopped(signum)
+
+    before = {sig: signal.getsignal(sig) for sig in _STOPS}
+    for sig, handler in before.items():
+        if handler not in (signal.SIG_IGN, None):
+            signal.signal(sig, stop)
+    try:
+        yield
+    except _Stopped:
+        pass
+    finally:
+        for sig, handler in before.items():
+            if handler not in (signal.SIG_IGN, None):
+                signal.signal(sig, handler)
+    if caught:
+        signal.raise_signal(caught[0])
+
+
+# -- temporary files a killed writer left ------------------------------------------------------
+
+
+@contextlib.contextmanager
+def writing_in(folder: Path) -> Iterator[None]:
+    """Held, shared, while a file is written under a temporary name in ``folder``; a cleaner
+    removes temporary files only while it holds the lock alone, so never one still being
+    written by a backup, restore or export in this or another process. Where a file system
+    has no such locks, nothing is held (the cleaner then goes by age)."""
+    fd = _folder_lock(folder, fcntl.LOCK_SH)  # waits only for a cleaner's moment
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def remove_matching(folder: Path, pattern: re.Pattern[str], left_by: str) -> list[Path]:
+    """Remove the user's own regular files in ``folder`` named as ``pattern``'s temporary
+    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log."""
+    fd = _folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if fd == -1:
+        return []  # a writer is at work right now: a later cleaner removes them
+    oldest = time.time() - STALE_TMP_S if fd is None else None  # no locks: go by age
+    removed: list[Path] = []
+    try:
+        for entry in os.scandir(folder):
+            st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            if st.st_mtime > (oldest or math.inf):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed.append(Path(entry.path))
+                log.warning("removed %s, left by %s", entry.path, left_by)
+    except OSError as exc:
+        log.warning("leftover copies in %s not removed: %s", folder, exc)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return removed
+
+
+def _folder_lock(folder: Path, how: int) -> int | None:
+    """An open descriptor of ``folder`` locked ``how``; -1 when another holds it (with
+    LOCK_NB), None when the folder or its file system gives no lock."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return -1 if how & fcntl.LOCK_NB else None  # no folder: nothing to remove
+    try:
+        fcntl.flock(fd, how)
+    except OSError as exc:
+        os.close(fd)
+        return -1 if isinstance(exc, BlockingIOError) else None
+    return fd

@@ -20,21 +20,19 @@ from __future__ import annotations
 import calendar
 import contextlib
 import errno
-import fcntl
 import logging
-import math
 import os
 import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileDamaged
+from navi_desktop.fileio import remove_matching, writing_in
 from navi_desktop.memory.failures import (
     free_bytes,
     megabytes,
@@ -62,9 +60,7 @@ _SIDE = r"(?:-journal|-wal|-shm)?"
 _BACKUP_TMP = re.compile(
     rf"^\.(?:daily|manual)-\d{{8}}T\d{{6}}Z(?:-\d+)?\.db\.[0-9a-f]{{8}}\.tmp{_SIDE}$"
 )
-# Where folder locks are not to be had (NFS): a temporary file this old has no writer left (a
-# writer changes it page after page; a restore's whole stay is seconds to minutes).
-STALE_TMP_S = 3600
+_LEFT_BY = "a stopped backup or restore"
 _named: set[str] = set()  # the odd entries of backups/ already logged
 
 
@@ -323,64 +319,12 @@ def _restore_tmp(path: Path) -> re.Pattern[str]:
     return re.compile(rf"^\.\.?{name}\.restore-[0-9a-f]{{8}}\.tmp(?:\.[0-9a-f]{{8}}\.tmp)?{_SIDE}$")
 
 
-@contextlib.contextmanager
-def writing_in(folder: Path) -> Iterator[None]:
-    """Held, shared, while a copy is written under a temporary name in ``folder``; a cleaner
-    removes temporary files only while it holds the lock alone, so never one still being
-    written by a backup or restore in this or another process. Where a file system has no
-    such locks, nothing is held (the cleaner then goes by age)."""
-    fd = _folder_lock(folder, fcntl.LOCK_SH)  # waits only for a cleaner's moment
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
 def remove_leftovers(db_path: Path) -> list[Path]:
     """Remove the temporary copies a killed backup (in backups/) or restore (beside the file)
     left: full copies of the profile that no forget would reach and nothing would report."""
     db_path = Path(db_path)
-    removed = _remove_matching(backups_dir(db_path), _BACKUP_TMP)
-    return removed + _remove_matching(db_path.parent, _restore_tmp(db_path))
-
-
-def _remove_matching(folder: Path, pattern: re.Pattern[str]) -> list[Path]:
-    fd = _folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    if fd == -1:
-        return []  # a backup or restore is writing right now: a later cleaner removes them
-    oldest = time.time() - STALE_TMP_S if fd is None else None  # no locks: go by age
-    removed: list[Path] = []
-    try:
-        for entry in os.scandir(folder):
-            st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
-            if st is None or not stat.S_ISREG(st.st_mode) or st.st_mtime > (oldest or math.inf):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-                log.warning("removed %s, left by a stopped backup or restore", entry.path)
-    except OSError as exc:
-        log.warning("leftover copies in %s not removed: %s", folder, exc)
-    finally:
-        if fd is not None:
-            os.close(fd)
-    return removed
-
-
-def _folder_lock(folder: Path, how: int) -> int | None:
-    """An open descriptor of ``folder`` locked ``how``; -1 when another holds it (with
-    LOCK_NB), None when the folder or its file system gives no lock."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return -1 if how & fcntl.LOCK_NB else None  # no folder: nothing to remove
-    try:
-        fcntl.flock(fd, how)
-    except OSError as exc:
-        os.close(fd)
-        return -1 if isinstance(exc, BlockingIOError) else None
-    return fd
+    removed = remove_matching(backups_dir(db_path), _BACKUP_TMP, _LEFT_BY)
+    return removed + remove_matching(db_path.parent, _restore_tmp(db_path), _LEFT_BY)
 
 
 def _free_name(folder: Path, base: str) -> Path:

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileError
+from navi_desktop.fileio import writing_in
 from navi_desktop.memory.backup import (
     RESERVE_BYTES,
     _sync_folder,
     copy_database,
     incoming_name,
     remove_leftovers,
-    writing_in,
 )
 from navi_desktop.memory.failures import free_bytes, megabytes
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, probe, read_only
