@@ -20,6 +20,7 @@ from navi_desktop.errors import NotFound, ProfileError, ProfileUnreadable
 from navi_desktop.memory.db import Database
 from navi_desktop.memory.migrations import MIGRATIONS, migrate
 from navi_desktop.memory.store import MemoryStore
+from navi_desktop.paths import Paths
 from tests.daemon_home import navi
 from tests.test_disk_full import small_disk
 from tests.tui_support import DEAD_HOST, Daemon, make_home
@@ -165,3 +166,90 @@ async def test_a_store_opened_to_read_writes_nothing_and_refuses_an_older_schema
     assert old.read_bytes() == before
     with pytest.raises(NotFound):
         await MemoryStore.open(tmp_path / "none.db", read_only=True)
+
+
+# -- an empty memory file on a read-only disk -------------------------------------------------
+# An empty file is a new profile, set up when Navi first opens it to write: on a read-only disk
+# that cannot happen. Before, every command said "no memory file at PATH" of the file that was
+# there (exit 2, as for a mistyped profile), and the doctor said that Navi would set it up.
+
+
+def _empty_profile(paths: Paths) -> Path:
+    db = paths.profile_db("tester")
+    db.parent.mkdir(parents=True, mode=0o700)
+    db.touch(mode=0o600)
+    return db
+
+
+def _empty_and_read_only(line: str, db: Path) -> None:
+    assert line.startswith(f"navi: cannot use {db}: it is empty (0 bytes"), line
+    assert "its file system is read-only" in line and "mount it read-write again" in line
+    assert "no memory file" not in line
+
+
+async def test_an_empty_memory_file_on_a_read_only_disk_is_said_to_be_there_and_empty(
+    tmp_path: Path,
+) -> None:
+    with small_disk(tmp_path / "disk", "32m") as disk:
+        paths = make_home(disk, DEAD_HOST)
+        db = _empty_profile(paths)
+        remount(disk, "ro")
+        try:
+            env = _environ(disk / "home", NAVI_DAEMON="off", NAVI_EMBEDDER="none")
+            for args in (("memory", "list"), ("memory", "export"), ("memory", "stats")):
+                done = navi(env, *args)
+                assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
+                _empty_and_read_only(_one_line(done), db)
+            # With the daemon on, the line before says why it is not used (it cannot start).
+            _empty_and_read_only(
+                _one_line(navi({**env, "NAVI_DAEMON": "on"}, "memory", "list")), db
+            )
+
+            doctor = navi(env, "memory", "doctor")
+            assert doctor.returncode == 1 and doctor.stderr == "", doctor.stderr
+            assert (
+                "PROBLEM  schema           an empty file (a new profile), which Navi cannot set"
+                " up on a read-only file system" in doctor.stdout
+            ), doctor.stdout
+            assert "What to do:\n  - mount it read-write again" in doctor.stdout
+            assert "sets it up when it first opens it" not in doctor.stdout
+
+            backup = navi(env, "memory", "backup")
+            assert backup.stderr.count("\n") == 1, backup.stderr
+            line = _one_line(backup)
+            assert "file system is read-only" in line and "mount it read-write again" in line
+            assert "no memory file" not in line
+        finally:
+            remount(disk, "rw")
+        assert db.stat().st_size == 0  # nothing was written
+        listed = navi(env, "memory", "list")  # writable again: set up, as the line said
+        assert listed.returncode == 0, listed.stderr
+        assert db.stat().st_size > 0
+
+
+async def test_the_daemon_says_an_empty_file_on_a_read_only_disk_is_empty(tmp_path: Path) -> None:
+    paths = make_home(tmp_path, DEAD_HOST)
+    with small_disk(paths.data, "32m") as data:  # the daemon's own folders stay writable
+        db = _empty_profile(paths)
+        remount(data, "ro")
+        daemon = await Daemon(paths).start()
+        try:
+            with pytest.raises(RpcCallError) as err:
+                await daemon.call("memory.list")
+            assert err.value.kind == "DiskError", str(err.value)
+            _empty_and_read_only(f"navi: {err.value}", db)
+            remount(data, "rw")  # and the next call sets it up
+            assert (await daemon.call("memory.list"))["memories"] == []
+        finally:
+            remount(data, "rw")
+            await daemon.stop()
+
+
+async def test_an_empty_file_opened_to_read_is_said_to_be_empty(tmp_path: Path) -> None:
+    """Without root: on a writable disk a file is opened only to read when the user may not
+    write it (mode 0400)."""
+    path = tmp_path / "memory.db"
+    path.touch(mode=0o400)
+    with pytest.raises(ProfileUnreadable, match=r"it is empty \(0 bytes") as err:
+        await MemoryStore.open(path, read_only=True)
+    assert "no memory file" not in str(err.value) and "chmod u+rw" in str(err.value)

@@ -18,7 +18,13 @@ import sqlean
 
 from navi_desktop.errors import DiskError, NaviError, NotFound, ProfileMoved
 from navi_desktop.memory.connections import ReadPool, connect, open_connection
-from navi_desktop.memory.failures import moved, on_read_only_fs, os_failure, translate
+from navi_desktop.memory.failures import (
+    moved,
+    not_set_up,
+    on_read_only_fs,
+    os_failure,
+    translate,
+)
 from navi_desktop.memory.filecheck import (
     APPLICATION_ID,
     SQLITE_HEADER,
@@ -161,6 +167,8 @@ class Database:
     @classmethod
     async def _open_read_only(cls, path: Path, check: SchemaCheck | None) -> Database:
         if not check_file(path, writing=False):
+            if path.exists():  # empty: a new profile, which cannot be set up here
+                raise not_set_up(path)
             raise NotFound(f"no memory file at {path}")
         shm = path.with_name(path.name + "-shm")
         if wal_path(path).exists() and not shm.exists() and on_read_only_fs(path):

@@ -23,6 +23,7 @@ from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
 from navi_desktop.memory.backup import list_backups, unusable
 from navi_desktop.memory.failures import (
+    READ_ONLY_FIX,
     free_bytes,
     megabytes,
     on_read_only_fs,
@@ -152,6 +153,15 @@ def _schema(conn: sqlean.Connection, report: Report) -> bool:
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
     if app_id != APPLICATION_ID:
+        if not tables and on_read_only_fs(report.path):  # nothing can set it up there
+            report.add(
+                "schema",
+                PROBLEM,
+                "an empty file (a new profile), which Navi cannot set up on a read-only file"
+                " system",
+                f"{READ_ONLY_FIX}, and Navi sets it up by itself",
+            )
+            return False
         if not tables:
             report.add("schema", NOTE, "an empty file: Navi sets it up when it first opens it")
             return False
@@ -296,7 +306,7 @@ def _environment(report: Report) -> None:
             "disk",
             WARNING,
             "its file system is read-only: memories can be read, but nothing is saved",
-            "mount it read-write again (after a disk error, check the disk first: `dmesg`)",
+            READ_ONLY_FIX,
         )
     elif free is not None and free < LOW_DISK_BYTES:
         report.add(

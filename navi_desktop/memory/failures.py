@@ -27,6 +27,7 @@ SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT = 3, 8, 10, 11
 SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 13, 14, 26
 # An I/O error with less free space than this is a full disk (a WAL frame, a page, an index).
 LOW_SPACE_BYTES = 4 << 20
+READ_ONLY_FIX = "mount it read-write again (after a disk error, check the disk first: `dmesg`)"
 
 
 def free_bytes(folder: Path) -> int | None:
@@ -214,11 +215,22 @@ def read_only_fs(path: Path) -> DiskError:
     a full disk, not a state of the profile: the next call tries again."""
     error = DiskError(
         f"cannot write {path}: its file system is read-only (mounted so, or made so after a"
-        " disk error); nothing was changed: mount it read-write again (after a disk error,"
-        " check the disk first: `dmesg`), and Navi writes again by itself"
+        f" disk error); nothing was changed: {READ_ONLY_FIX}, and Navi writes again by itself"
     )
     error.what = "its file system is read-only"  # type: ignore[attr-defined]
     return error
+
+
+def not_set_up(path: Path) -> NaviError:
+    """An empty memory file (a new profile) opened only to read: there is nothing in it to
+    read, and Navi cannot set it up. It is there: before, this said "no memory file"."""
+    what = "it is empty (0 bytes: a new profile Navi has not set up yet)"
+    if not on_read_only_fs(path):  # the user may not write it
+        return unreadable(path, f"{what}, and it cannot be written to set it up")
+    return DiskError(
+        f"cannot use {path}: {what}, and its file system is read-only, so it cannot be set"
+        f" up; nothing was changed: {READ_ONLY_FIX}, and Navi sets it up by itself"
+    )
 
 
 def on_read_only_fs(path: Path) -> bool:
