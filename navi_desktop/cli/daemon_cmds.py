@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from navi_desktop.cli.output import emit_json, error, one_line, safe, say
+from navi_desktop.cli.output import OutputError, emit_json, error, one_line, safe, say
 
 CHAT_TIMEOUT_S = 600.0
 
@@ -265,8 +265,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
 
     streaming: dict[str, str] = {}  # the session a reply streams in, once one does
+    result: dict[str, Any] = {}  # the turn, once the daemon answered it
 
-    async def main() -> Any:
+    async def main() -> None:
         client = await _client("`navi chat`")
         if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
             from navi_desktop.ollama_host import host_note
@@ -285,15 +286,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
 
         printer = asyncio.ensure_future(show_deltas())
-        try:
-            return await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S)
+        try:  # kept here: a failed write to stdout meanwhile ends this with its error
+            result.update(await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
         finally:
             await client.close()  # ends the notifications after the ones already received
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(printer, 2.0)
 
     try:
-        result = asyncio.run(main())
+        asyncio.run(main())
+        if args.json:
+            emit_json(result)
+        else:
+            sys.stdout.write("\n")
+        sys.stdout.flush()  # here, not at exit: a failed write is said with the session
     except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
         sys.stdout.write("\n")
         session = streaming.get("session") or args.session
@@ -301,10 +307,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         came = "what came of the reply is kept" if streaming else "your message is kept"
         error(f"stopped (Ctrl+C): {came}{where}")
         return 130
-    if args.json:
-        emit_json(result)
-    else:
-        sys.stdout.write("\n")
+    except OutputError as exc:  # `navi chat > /dev/full`: the daemon kept the turn all the same
+        session = streaming.get("session") or result.get("session_id") or args.session
+        exc.kept = _kept_in(session, bool(result.get("incognito") or args.incognito), args)
+        raise
     if result.get("cut"):
         print(
             "(the reply was cut at its length limit: raise ollama.reply_max_tokens for longer"
@@ -317,6 +323,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
     return 1 if result.get("cancelled") else 0  # a partial reply is not a whole one
+
+
+def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:
+    """Where a chat whose output was lost is kept, and how to see it ('' when unknown)."""
+    from navi_desktop.memory.failures import profile_flag
+
+    if not session:
+        return ""
+    if incognito:
+        return f"and the incognito conversation is not saved (session {session})"
+    show = f"navi sessions show {session}{profile_flag(args.profile)}"
+    return f"and the conversation is kept in session {session} (see it: `{show}`)"
 
 
 def _read_stdin() -> str | None:

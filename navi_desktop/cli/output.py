@@ -64,6 +64,7 @@ class OutputError(Exception):
     def __init__(self, err: OSError) -> None:
         super().__init__(err.strerror or str(err))
         self.errno = err.errno
+        self.kept = ""  # what of the command's work is kept all the same, and where
 
 
 class _WholeWrites(io.FileIO):
@@ -137,7 +138,8 @@ def output_failure(err: OutputError) -> str:
         reason = str(err)
         cause, fix = reason[:1].lower() + reason[1:], "send it elsewhere"
     cut = f"{where} is" if where else "it is"
-    return f"cannot write the output: {cause}; {cut} cut short: {fix}"
+    kept = f", {err.kept}" if err.kept else ""
+    return f"cannot write the output: {cause}; {cut} cut short{kept}: {fix}"
 
 
 def one_line(text: str) -> str:

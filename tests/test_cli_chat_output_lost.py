@@ -1,0 +1,59 @@
+"""`navi chat` whose standard output cannot be written (`navi chat > /dev/full`, a full disk):
+the reply is lost on the way out, but the daemon keeps the turn. Before, the one line said
+only that the output was cut short, and the session line never came: the user could not find
+what was kept. Now that line names the session and the command that shows it, as Ctrl+C's
+does, and the exit status is 1.
+
+A real daemon and the fake Ollama, the real CLI as a subprocess writing to /dev/full.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_home import navi_home
+from tests.fake_ollama import Reply
+from tests.test_cli_unhappy_2 import _navi_into, _one_line
+
+REPLY = "Lisbon is lovely in spring"
+FULL = "navi: cannot write the output: disk full; it is cut short, "
+FIX = ": free some space, or send it to another disk"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--json"], ["--profile", "work"]],
+    ids=["streamed", "json", "profile"],
+)
+def test_a_chat_whose_output_is_lost_names_the_session_that_keeps_it(options: list[str]) -> None:
+    with navi_home() as h:
+        h.fake.script(Reply(chunks=[f"{word} " for word in REPLY.split()]))
+        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", *options, "travel?"))
+        found = re.fullmatch(
+            re.escape(FULL)
+            + r"and the conversation is kept in session (\w+) \(see it: `(.+)`\)"
+            + re.escape(FIX),
+            line,
+        )
+        assert found, line
+        session, show = found.groups()
+        profile = options if options[:1] == ["--profile"] else []
+        assert show == " ".join(["navi", "sessions", "show", session, *profile])
+        shown = h.navi(*show.split()[1:])  # what the line says to run shows the whole turn
+        assert shown.returncode == 0, shown.stderr
+        assert "travel?" in shown.stdout and f"assistant: {REPLY}" in shown.stdout
+
+
+def test_an_incognito_chat_whose_output_is_lost_claims_nothing_was_kept() -> None:
+    with navi_home() as h:
+        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", "--incognito", "hi"))
+        assert re.fullmatch(
+            re.escape(FULL)
+            + r"and the incognito conversation is not saved \(session incognito-\w+\)"
+            + re.escape(FIX),
+            line,
+        ), line
+        assert h.navi("sessions", "list").stdout == ""
