@@ -47,7 +47,7 @@ async def test_a_reopened_store_loads_the_codes_it_wrote(tmp_path, monkeypatch):
         for i in range(20):
             await store.save_message(session.id, "user", f"message {i} on topic {i % 3}")
         await store.backfill_embeddings()
-        written = await store._bit_index()  # kept up to date code by code while embedding
+        written = await store._bit_index(100)  # kept up to date code by code while embedding
         assert len(written) == 80
         rows = await store.db.fetchall("SELECT id, memory_id IS NULL, bits FROM embeddings")
         expected = BitIndex(embedder.model, 100)
@@ -56,12 +56,12 @@ async def test_a_reopened_store_loads_the_codes_it_wrote(tmp_path, monkeypatch):
         )
         same(written, expected)
     async with await MemoryStore.open(path, embedder=embedder) as store:
-        same(await store._bit_index(), expected)
+        same(await store._bit_index(100), expected)
     with sqlean.connect(str(path)) as conn:  # one message's code cut short, as damage would
         conn.execute("UPDATE embeddings SET bits = substr(bits, 1, 5) WHERE message_id = 3")
     conn.close()
     async with await MemoryStore.open(path, embedder=embedder) as store:
-        loaded = (await store._bit_index()).snapshot()
+        loaded = (await store._bit_index(100)).snapshot()
         assert len(loaded) == 80 and MESSAGE in loaded.owners.tolist()
         hits = await store.search("topic 3", kinds=["fact", "message"])
         assert hits

@@ -112,7 +112,8 @@ class ListingOps:
         }
 
     async def missing_embeddings(self: Store) -> int:
-        """Texts without a vector of the current model (the embedding pass's work left)."""
+        """Texts without a vector of the current model at its current size, as the model last
+        answered this store (the embedding pass's work left)."""
         if self.embedder is None:
             return 0
         async with self.db.reading():
@@ -120,9 +121,10 @@ class ListingOps:
                 await self.db.scalar(
                     "SELECT (SELECT count(*) FROM memories m WHERE status IN ('active', 'held')"
                     "  AND NOT EXISTS (SELECT 1 FROM embeddings e WHERE e.memory_id = m.id"
-                    "  AND e.model = ?1))"
+                    "  AND e.model = ?1 AND e.dim = coalesce(?2, e.dim)))"
                     " + (SELECT count(*) FROM messages g WHERE NOT EXISTS (SELECT 1 FROM embeddings"
-                    "  e WHERE e.message_id = g.id AND e.model = ?1))",
-                    (self.embedder.model,),
+                    "  e WHERE e.message_id = g.id AND e.model = ?1"
+                    "  AND e.dim = coalesce(?2, e.dim)))",
+                    (self.embedder.model, self._known_size()),
                 )
             )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text, text_digest
 from navi_desktop.memory.embedders import BadVector
@@ -19,6 +21,7 @@ from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 
 log = logging.getLogger(__name__)
 GARBAGE = "NaN, infinity, zeros, none or the wrong size"
+SIZE_CHECK = "size"  # the text a model is asked to embed to learn its vectors' size
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -141,16 +144,51 @@ class EmbeddingPassOps:
     # Why the last pass left texts without a vector (a model's garbage), for the daemon's
     # status; None once a pass embeds all it was asked.
     embedding_problem: str | None = None
+    # (model, size): the size of the vectors that model gave this store last (a query's, a
+    # batch's, or _learn_size's). That is the profile's current size: a vector of the model
+    # of another size counts as missing (a model may change its size under the same name).
+    _model_size: tuple[str, int] | None = None
+
+    def _known_size(self: Store) -> int | None:
+        """The current model's vector size, as it last answered this store (None: not yet)."""
+        held = self._model_size
+        return held[1] if held and self.embedder and held[0] == self.embedder.model else None
+
+    def _heard_size(self: Store, size: int) -> None:
+        assert self.embedder is not None
+        self._model_size = (self.embedder.model, size)
+
+    async def _learn_size(self: Store) -> None:
+        """Ask the current model for one vector when this store has not heard its size yet
+        and the profile holds vectors of it to check. Without an answer the pass goes by the
+        model's name alone, as it does when nothing is held."""
+        assert self.embedder is not None
+        if self._known_size() is not None:
+            return
+        async with self.db.reading():
+            held = await self.db.scalar(
+                "SELECT 1 FROM embeddings WHERE model = ? LIMIT 1", (self.embedder.model,)
+            )
+        if held is None:
+            return
+        try:
+            vectors = await self.embedder.embed([SIZE_CHECK], query=False)
+        except (NaviError, OSError, TimeoutError) as exc:  # nothing else may need the model
+            log.info("the size of %s's vectors is not known: %s", self.embedder.model, exc)
+            return
+        self._heard_size(int(np.asarray(vectors).shape[1]))
 
     async def backfill_embeddings(
         self: Store, *, batch: int = 32, limit: int | None = None, messages: bool = True
     ) -> int:
-        """Embed what has no vector for the current model (memories first, then messages unless
-        ``messages`` is false); when nothing is left, drop vectors of earlier models. Text search
-        works throughout. Returns how many texts were embedded."""
+        """Embed what has no vector of the current model and size (memories first, then
+        messages unless ``messages`` is false), replacing a vector of another size; when
+        nothing is left, drop vectors of earlier models and sizes. Text search works
+        throughout. Returns how many texts were embedded."""
         if self.embedder is None:
             return 0
         model, done = self.embedder.model, 0
+        await self._learn_size()
         targets = [
             (
                 "memory_id",
@@ -168,11 +206,13 @@ class EmbeddingPassOps:
             while limit is None or done < limit:
                 size = batch if limit is None else min(batch, limit - done)
                 async with self.db.reading():
+                    # The size as the model last answered: one that changes during the pass
+                    # counts from the next batch on (what was passed over waits for the next).
                     rows = await self.db.fetchall(
                         f"SELECT {columns} FROM {table} t WHERE {where} NOT EXISTS (SELECT 1 FROM"
-                        f" embeddings e WHERE e.{column} = t.id AND e.model = ?) AND t.id > ?"
-                        " ORDER BY id LIMIT ?",
-                        (model, after, size),
+                        f" embeddings e WHERE e.{column} = t.id AND e.model = ? AND e.dim ="
+                        " coalesce(?, e.dim)) AND t.id > ? ORDER BY id LIMIT ?",
+                        (model, self._known_size(), after, size),
                     )
                 if not rows:
                     break
@@ -211,9 +251,12 @@ class EmbeddingPassOps:
             texts = "a text" if skipped == 1 else f"{skipped} texts"
             self.embedding_problem = f"{model} gave no usable vector for {texts} ({GARBAGE})"
             log.warning("%s: they stay findable by their words", self.embedding_problem)
-        if await self.missing_embeddings() == 0:
+        if await self.missing_embeddings() == 0:  # archived memories' vectors go too
             async with self.db.transaction():
-                await self.db.execute("DELETE FROM embeddings WHERE model != ?", (model,))
+                await self.db.execute(
+                    "DELETE FROM embeddings WHERE model != ? OR dim != coalesce(?, dim)",
+                    (model, self._known_size()),
+                )
         return done
 
     async def _embed_passages(self: Store, texts: list[str]) -> tuple[np.ndarray, list[int]]:
@@ -222,8 +265,9 @@ class EmbeddingPassOps:
         cannot embed holds up no other."""
         assert self.embedder is not None
         try:
-            vectors = await self.embedder.embed(texts, query=False)
-            return np.asarray(vectors, np.float32), list(range(len(texts)))
+            vectors = np.asarray(await self.embedder.embed(texts, query=False), np.float32)
+            self._heard_size(vectors.shape[1])
+            return vectors, list(range(len(texts)))
         except BadVector as exc:
             log.info("embedding one at a time: %s", exc)
         found: dict[int, np.ndarray] = {}
@@ -232,11 +276,18 @@ class EmbeddingPassOps:
                 found[i] = np.asarray(await self.embedder.embed([text], query=False), np.float32)[0]
             except BadVector:
                 continue
-        dim = len(next(iter(found.values()))) if found else 1
+        # One size a call, another the next: the texts keep theirs at the profile's current
+        # size, else at the size most of them came back at; the odd ones get no vector.
+        sizes = Counter(len(v) for v in found.values())
+        dim = self._known_size() or 0
+        if dim not in sizes:
+            dim = sizes.most_common(1)[0][0] if sizes else 1
         out = np.zeros((len(texts), dim), np.float32)
         for i, vector in list(found.items()):
             if len(vector) == dim:
                 out[i] = vector
-            else:  # one size a call, another the next: no vector to trust
+            else:
                 del found[i]
+        if found:
+            self._heard_size(dim)
         return out, list(found)

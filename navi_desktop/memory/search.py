@@ -150,7 +150,9 @@ class SearchOps(VectorSearchOps, HitOps):
         gate = getattr(self, "_query_gate", None)  # see forget_query_failures
         if gate is None or gate.embedder is not self.embedder:  # a new embedder is asked anew
             gate = self._query_gate = QueryGate(self.embedder)
-        return await gate.vector(query)
+        if (vector := await gate.vector(query)) is not None:  # the model's size now: the
+            self._heard_size(len(vector))  # embedding pass makes vectors of another again
+        return vector
 
     # The signals below are plain functions of a read connection, run in a worker thread.
 

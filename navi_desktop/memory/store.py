@@ -328,36 +328,35 @@ class MemoryStore(
         self, column: str, owner_ids: list[int], hashes: list[str], vectors: np.ndarray
     ) -> None:
         assert self.embedder is not None
+        if not owner_ids:
+            return
         model, dim = self.embedder.model, int(vectors.shape[1])
         bits = sign_bits(vectors)
         stored = int8_codes(vectors)  # what the re-rank reads (vectors.py)
-        index = await self._bit_index()
+        index = await self._bit_index(dim)
         owner = MEMORY if column == "memory_id" else MESSAGE
         when = now_iso()
+        # The vectors they had (their old texts', or of another size) go, from the index too.
+        replaced = await self.db.fetchall(
+            f"DELETE FROM embeddings WHERE model = ? AND {column} IN"
+            f" ({','.join('?' * len(owner_ids))}) RETURNING id",
+            (model, *owner_ids),
+        )
+        if index is not None:
+            index.remove({r[0] for r in replaced})
         for owner_id, digest, vec, code in zip(owner_ids, hashes, stored, bits, strict=True):
-            await self.db.execute(
-                f"DELETE FROM embeddings WHERE {column} = ? AND model = ?", (owner_id, model)
-            )
             eid = await self.db.scalar(
                 f"INSERT INTO embeddings ({column}, model, dim, content_hash, vector, bits,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                (
-                    owner_id,
-                    model,
-                    dim,
-                    digest,
-                    vec.tobytes(),
-                    code.tobytes(),
-                    when,
-                ),
+                (owner_id, model, dim, digest, vec.tobytes(), code.tobytes(), when),
             )
             if index is not None:
-                index.dim = index.dim or dim
-                if index.dim == dim:
-                    index.add(eid, owner, code.tobytes())
+                index.add(eid, owner, code.tobytes())
 
-    async def _bit_index(self) -> BitIndex | None:
-        """The in-memory coarse index for the current embedder's vectors, loaded on first use."""
+    async def _bit_index(self, dim: int) -> BitIndex | None:
+        """The in-memory coarse index of the current embedder's ``dim``-d vectors (the size
+        the model gives now: its query's, or the vectors just made), loaded on first use.
+        Vectors of another size are the embedding pass's to make again, not search's."""
         if self.embedder is None:
             return None
         # data_version moves only when another connection commits: then our copy may be stale.
@@ -365,35 +364,29 @@ class MemoryStore(
         if (
             self._bits is None
             or self._bits.model != self.embedder.model
+            or self._bits.dim != dim
             or version != self._bits_version
         ):
             self._bits_version = version
-            self._bits = await self._load_bit_index(self.embedder.model)
+            self._bits = await self._load_bit_index(self.embedder.model, dim)
         return self._bits
 
-    async def _load_bit_index(self, model: str) -> BitIndex:
-        """``model``'s codes from the file (_load_codes)."""
-        # The size most of the newest vectors have (an index scan, not the whole table): any
-        # one row's, when a model once gave another size, left all the others out of search.
-        dim = await self.db.scalar(
-            "SELECT dim FROM (SELECT dim FROM embeddings WHERE model = ? ORDER BY id DESC"
-            " LIMIT 100) GROUP BY dim ORDER BY count(*) DESC LIMIT 1",
-            (model,),
-        )
-        index = BitIndex(model, dim or 0)
+    async def _load_bit_index(self, model: str, dim: int) -> BitIndex:
+        """``model``'s ``dim``-d codes from the file (_load_codes)."""
+        index = BitIndex(model, dim)
         # An index large enough for the compiled scan gets it ready while its codes load
         # (importing numba and loading its compiled code, or compiling it: 0.5-3 s).
         highest = await self.db.scalar("SELECT max(id) FROM embeddings")
         large = (highest or 0) >= hamming.KERNEL_MIN
         warmed = asyncio.create_task(asyncio.to_thread(hamming.warm)) if large else None
         try:
-            await self._load_codes(index, model)
+            await self._load_codes(index)
         finally:  # not left running if loading failed
             if warmed is not None:
                 await warmed
         return index
 
-    async def _load_codes(self, index: BitIndex, model: str) -> None:
+    async def _load_codes(self, index: BitIndex) -> None:
         """Each owner's codes a chunk at a time as two long values (the codes back to back,
         the ids joined with commas), not a Python row per code: rows made loading 1M codes
         take ~3 s. In a UTF-8 file, which Navi's are, group_concat keeps a blob's bytes as
@@ -403,17 +396,17 @@ class MemoryStore(
             while True:
                 packed, ids, top = await self.db.fetchone(
                     "SELECT CAST(group_concat(bits, '') AS BLOB), group_concat(id), max(id)"
-                    " FROM (SELECT id, bits FROM embeddings WHERE id > ? AND model = ?"
+                    " FROM (SELECT id, bits FROM embeddings WHERE id > ? AND model = ? AND dim = ?"
                     f" AND {column} IS NOT NULL ORDER BY id LIMIT {LOAD_CHUNK})",
-                    (last, model),
+                    (last, index.model, index.dim),
                 )
                 if ids is None:
                     break
                 if not index.extend_packed(ids, owner, packed):  # a damaged row's code
                     rows = await self.db.fetchall(
                         "SELECT id, bits FROM embeddings WHERE id > ? AND id <= ? AND model = ?"
-                        f" AND {column} IS NOT NULL",
-                        (last, top, model),
+                        f" AND dim = ? AND {column} IS NOT NULL",
+                        (last, top, index.model, index.dim),
                     )
                     index.extend([r[0] for r in rows], [owner] * len(rows), [r[1] for r in rows])
                 last = top

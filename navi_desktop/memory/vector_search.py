@@ -31,7 +31,7 @@ class VectorSearchOps:
         if vector is None:
             return None
         async with self.db.reading():
-            index = await self._bit_index()
+            index = await self._bit_index(len(vector))
         if index is None or index.dim != len(vector):
             return None
         codes = index.snapshot()

@@ -177,6 +177,7 @@ class BitIndex:
 
     def remove(self, embedding_ids: set[int]) -> None:
         if embedding_ids:
+            self._flush()  # a pending code may be one of them; a later add may reuse an id
             self._removed |= embedding_ids
 
     def _append(self, ids: np.ndarray, owners: np.ndarray, codes: np.ndarray) -> None:
@@ -189,6 +190,13 @@ class BitIndex:
         )
 
     def _flush(self) -> None:
+        """Removals, then the codes added since (remove() flushed those added before it)."""
+        if self._removed:
+            keep = ~np.isin(self.ids, np.fromiter(self._removed, dtype=np.int64))
+            self._removed.clear()
+            self.ids, self.owners = self.ids[keep], self.owners[keep]
+            if self.codes is not None:
+                self.codes = self.codes[:, keep]
         if self._pending:
             pending, self._pending = self._pending, []
             self._append(
@@ -196,12 +204,6 @@ class BitIndex:
                 np.fromiter((p[1] for p in pending), dtype=np.int8, count=len(pending)),
                 self._as_words([p[2] for p in pending]),
             )
-        if self._removed:
-            keep = ~np.isin(self.ids, np.fromiter(self._removed, dtype=np.int64))
-            self._removed.clear()
-            self.ids, self.owners = self.ids[keep], self.owners[keep]
-            if self.codes is not None:
-                self.codes = self.codes[:, keep]
 
     def snapshot(self) -> Codes:
         """The codes as they are now, for a scan in another thread: the arrays are replaced,
