@@ -78,6 +78,23 @@ def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
     return fd
 
 
+@contextlib.contextmanager
+def locked(fd: int) -> Iterator[None]:
+    """Hold the advisory lock (``flock``) of the file open at ``fd``. The daemon writes each
+    log line under it and a scrub or a trim holds it from reading a log to truncating it, so
+    no line lands in between (it was lost). Per open file: a thread of the daemon that
+    opened the log itself waits as another process does."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a file system without locks: the work is done anyway, as before
+        yield
+        return
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 def read_regular(path: Path, limit: int) -> bytes:
     """The bytes of the regular file at ``path`` (see ``open_regular``), at most ``limit``:
     a larger one raises ``OSError(EFBIG)`` before any of it is read."""

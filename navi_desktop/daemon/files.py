@@ -10,14 +10,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import io
 import logging
 import os
 import socket
 import stat
+import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 from navi_desktop.errors import NaviError
-from navi_desktop.fileio import kind
+from navi_desktop.fileio import kind, locked
 from navi_desktop.paths import UnsafePath
 
 log = logging.getLogger(__name__)
@@ -109,7 +114,8 @@ LOG_MAX_BYTES = 4 << 20  # then the log's lines move to ``<log>.1``, replacing t
 def trim_log(path: Path) -> bool:
     """Keep the daemon's log under LOG_MAX_BYTES: past it, its lines are copied to
     ``<log>.1`` (private, replacing the previous copy) and the log is emptied in place, as
-    the daemon appends to it through an inherited descriptor. Unbounded, it grew by every
+    the daemon appends to it through an inherited descriptor; both under their locks, so
+    no line is appended between the copy and the truncate. Unbounded, it grew by every
     request for years, and each forget reads every log file whole to redact it. True when
     it trimmed."""
     try:
@@ -119,22 +125,103 @@ def trim_log(path: Path) -> bool:
     except FileNotFoundError:
         return False
     copy = path.with_name(path.name + ".1")
+    problem: OSError | None = None
     try:
-        dst = open_private_file(copy, os.O_WRONLY | os.O_TRUNC)
+        dst = open_private_file(copy, os.O_WRONLY)  # emptied under its lock: a scrub may hold it
         try:
-            while chunk := os.read(src, 1 << 20):
-                os.write(dst, chunk)
-        except OSError as exc:  # a full disk: no half copy, and the log stays as it is
+            with locked(src), locked(dst):
+                problem = _move_lines(src, dst)
+        finally:
             os.close(dst)
-            with contextlib.suppress(OSError):
-                os.unlink(copy)
-            log.warning("the log %s was not trimmed: %s", path, exc.strerror or exc)
-            return False
-        os.close(dst)
-        os.ftruncate(src, 0)  # appends go on at the new end (O_APPEND)
     finally:
         os.close(src)
-    return True
+    if problem is not None:  # logged once the lock is let go: the line would wait for it
+        with contextlib.suppress(OSError):
+            os.unlink(copy)
+        log.warning("the log %s was not trimmed: %s", path, problem.strerror or problem)
+    return problem is None
+
+
+def _move_lines(src: int, dst: int) -> OSError | None:
+    """Copy the log at ``src`` over ``dst``, then empty it; on a full disk the log stays as
+    it is (the half copy is the caller's to remove)."""
+    try:
+        os.ftruncate(dst, 0)
+        while chunk := os.read(src, 1 << 20):
+            if os.write(dst, chunk) < len(chunk):  # a short write: the disk is full
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    except OSError as exc:
+        return exc
+    os.ftruncate(src, 0)  # appends go on at the new end (O_APPEND)
+    return None
+
+
+LOCK_WAIT_S = 5.0  # then a line is written unlocked: a late line beats a daemon that hangs
+_WRITING = threading.RLock()
+
+
+class LockedLog(io.RawIOBase):
+    """The daemon's stderr and stdout when they are its log (``start_background``): each
+    write holds the log's lock (``locked``), which a scrub or a trim takes to rewrite it.
+    The wait is bounded: a line written by the very thread that holds the lock (a warning
+    printed while a scrub reads) would otherwise wait forever."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self.fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        # One thread at a time: a lock is the open file's, which stdout and stderr share, so
+        # one thread's unlock would free another's write in progress.
+        with _WRITING:
+            held = _lock_within(self.fd, LOCK_WAIT_S)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            finally:
+                if held:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+        return size
+
+
+def _lock_within(fd: int, wait_s: float) -> bool:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        except OSError:  # a file system without locks: written as before
+            return False
+
+
+def lock_log_writes() -> None:
+    """In the daemon: its stdout and stderr, when they are a regular file (its log, not a
+    terminal), are written through ``LockedLog``, line by line."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        try:
+            fd = stream.fileno()
+            regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        except (AttributeError, ValueError, OSError):  # closed, or no descriptor
+            continue
+        if regular:
+            stream.flush()
+            locked_stream = io.TextIOWrapper(
+                LockedLog(fd), stream.encoding, "backslashreplace", line_buffering=True
+            )
+            setattr(sys, name, locked_stream)
 
 
 SPOOL_PREFIX = ".import-"  # an export piped to `navi memory import -`, for the daemon to read

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.daemon.files import remove_stale_spools, trim_log
+from navi_desktop.daemon.files import lock_log_writes, remove_stale_spools, trim_log
 from navi_desktop.daemon.open_profiles import close_idle
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, holder, keep_place
 from navi_desktop.errors import NaviError
@@ -214,15 +214,22 @@ async def _maintain(service: Any) -> None:
                 log.exception("maintenance failed for %s", profile)
 
 
-def run_foreground(paths: Paths) -> int:
-    """The daemon process itself (``navi daemon run``): SIGTERM and SIGINT stop it cleanly."""
-    ensure_own_dir(paths.state, "state folder")
+def start_logging() -> None:
+    """The daemon's log is its stderr, written line by line under the log's lock, which a
+    scrub or a trim takes to rewrite it."""
+    lock_log_writes()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     # A crash in C code (a signal, not an exception) leaves its cause and where it happened
     # in the log (the daemon's stderr), not a silent disappearance.
     faulthandler.enable()
     # A line per HTTP request to Ollama: most of the log, none of it news (errors are ours).
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run_foreground(paths: Paths) -> int:
+    """The daemon process itself (``navi daemon run``): SIGTERM and SIGINT stop it cleanly."""
+    ensure_own_dir(paths.state, "state folder")
+    start_logging()
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import DiskError, DiskFull
-from navi_desktop.fileio import open_regular
+from navi_desktop.fileio import locked, open_regular
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.pipeline.grounding import check_summary
 from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, ask_field, refresh_profile
@@ -85,13 +85,15 @@ async def after_forget(
 
 def scrub_logs(folder: Path, needles: list[str]) -> int:
     """Redact forgotten text from the log files in ``folder`` (the daemon's own log can quote
-    a model's failed answer). Rewritten in place: the daemon appends to the same file. A
-    thread's work (blocking); returns how many occurrences went."""
+    a model's failed answer). Rewritten in place under the file's lock, which the daemon
+    takes to append each line (``LockedLog``). A thread's work (blocking); returns how many
+    occurrences went. Nothing is logged while the lock is held: that line would wait for it."""
     matcher = Matcher.of(needles)
     total = 0
     for path in sorted(folder.glob("*.log*")) if matcher and folder.is_dir() else []:
         try:  # only a regular file in the folder: never a file outside it through a link
-            with os.fdopen(open_regular(path, os.O_RDWR | os.O_NOFOLLOW), "r+b") as fh:
+            fd = open_regular(path, os.O_RDWR | os.O_NOFOLLOW)
+            with os.fdopen(fd, "r+b") as fh, locked(fd):
                 text = fh.read().decode("utf-8", "surrogateescape")
                 new, count = matcher.redact(text)
                 if count and new is not None:
