@@ -110,3 +110,28 @@ def test_ctrl_c_during_a_reply_says_what_is_kept_and_where() -> None:
                 break
             time.sleep(0.1)
         assert shown["messages"][-1]["content"].startswith("one"), shown["messages"]
+
+
+def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept() -> None:
+    """It said "what came of the reply is kept in session …" of a chat that keeps nothing."""
+    import signal
+    import time
+
+    from tests.fake_ollama import Reply
+
+    with navi_home() as h:
+        h.start()
+        h.fake.script(Reply("one two three four five six seven eight", delay=0.5))
+        chat = h.popen("chat", "--incognito", "count slowly")
+        assert chat.stdout is not None
+        assert chat.stdout.read(3) == "one"
+        time.sleep(0.3)
+        chat.send_signal(signal.SIGINT)
+        _, err = chat.communicate(timeout=30)
+        assert chat.returncode == 130, err
+        [line] = err.strip().splitlines()
+        assert line.startswith("navi: stopped (Ctrl+C): nothing of this chat is saved"), line
+        assert "kept" not in line, line
+        assert "incognito session" in line, line
+        listed = json.loads(h.navi("sessions", "list", "--json").stdout)
+        assert listed == [] or all(not s.get("incognito") for s in listed), listed

@@ -303,6 +303,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
         sys.stdout.write("\n")
         session = streaming.get("session") or args.session
+        if args.incognito:
+            where = f" (incognito session {session})" if session else ""
+            error(f"stopped (Ctrl+C): nothing of this chat is saved{where}")
+            return 130
         where = f" in session {session}" if session else ""
         came = "what came of the reply is kept" if streaming else "your message is kept"
         error(f"stopped (Ctrl+C): {came}{where}")
