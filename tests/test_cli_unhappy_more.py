@@ -13,6 +13,7 @@ traceback, never silence.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import os
 import shutil
@@ -250,3 +251,58 @@ def test_a_backup_to_an_empty_path_says_the_path_is_empty(cli, home) -> None:
         " for the profile's backups folder"
     )
     assert not list(home.rglob("backups/*.db"))  # nothing was written
+
+
+@pytest.mark.parametrize(
+    ("err", "line"),
+    [
+        (TimeoutError(), "an operation failed: it timed out; try again"),
+        (
+            ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+            "an operation failed: connection refused; try again",
+        ),
+        (
+            OSError(errno.ENOSPC, "No space left on device", "/data/navi/memory.db"),
+            "cannot use /data/navi/memory.db: no space left on device: free some space, then"
+            " try again",
+        ),
+        (
+            OSError(errno.EACCES, "Permission denied", "/data/navi/memory.db"),
+            "cannot use /data/navi/memory.db: permission denied: give your user access to it"
+            " (e.g. `chmod u+rw /data/navi/memory.db`), then try again",
+        ),
+        (
+            OSError(errno.EIO, "Input/output error", b"/data/navi/memory.db"),
+            "cannot use /data/navi/memory.db: input/output error: check that path, then try again",
+        ),
+    ],
+)
+def test_an_os_error_no_command_named_gets_one_line_with_its_fix(err, line, tmp_path) -> None:
+    """The last net under every command: each kind of error says its cause and its fix."""
+    from navi_desktop.cli.main import os_error_line
+
+    if err.filename is not None:  # in a folder that is there (and open to this user)
+        err.filename = str(tmp_path / "memory.db")
+        line = line.replace("/data/navi/memory.db", err.filename)
+    assert os_error_line(err) == line
+
+
+@needs_root
+def test_a_permission_error_under_a_closed_folder_names_that_folder() -> None:
+    """Refused by a folder on the way, the line names the folder and the chmod that opens it,
+    not the file (whose own mode is not the cause)."""
+    import navi_desktop.memory.failures  # noqa: F401 - nobody cannot import it
+    from navi_desktop.cli.main import os_error_line
+
+    with tempfile.TemporaryDirectory() as top:  # not under pytest's own 0700 folder
+        Path(top).chmod(0o755)
+        closed = Path(top) / "closed"
+        (closed / "inner").mkdir(parents=True)
+        closed.chmod(0o700)  # root's: nobody cannot pass it
+        path = closed / "inner" / "memory.db"
+        err = OSError(errno.EACCES, "Permission denied", str(path))
+        line = run_as_nobody(lambda: os_error_line(err))
+    assert line == (
+        f"cannot use {path}: permission denied on the folder {closed}: give your user access"
+        f" to it (e.g. `chmod u+rwx {closed}`), then try again"
+    )
