@@ -42,6 +42,7 @@ def test_clients_import_no_pydantic():
     or the TUI loads to reach the daemon leaves pydantic out."""
     modules = imported_after(
         "import navi_desktop.cli.main, navi_desktop.cli.memory, navi_desktop.cli.daemon_cmds,"
+        " navi_desktop.cli.chat,"
         " navi_desktop.daemon.client, navi_desktop.daemon.main, navi_desktop.daemon.memory_api,"
         " navi_desktop.tui.link"
     )

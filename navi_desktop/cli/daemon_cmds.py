@@ -1,4 +1,5 @@
-"""``navi daemon``, ``navi chat``, ``navi end`` and ``navi sessions``: clients of the daemon.
+"""``navi daemon``, ``navi end`` and ``navi sessions``: clients of the daemon (``navi chat``
+is in chat.py).
 
 Each starts the daemon when no socket answers, then speaks JSON-RPC over its socket.
 """
@@ -7,14 +8,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import sys
 from typing import Any
 
-from navi_desktop.cli.output import OutputError, emit_json, error, one_line, safe, say
-
-CHAT_TIMEOUT_S = 600.0
+from navi_desktop.cli.output import emit_json, error, one_line, safe, say
 
 
 def register(commands: Any) -> None:
@@ -32,31 +30,9 @@ def register(commands: Any) -> None:
         if name == "status":
             p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = commands.add_parser(
-        "chat",
-        help="one chat turn; the reply streams to stdout",
-        description="Send one message; the reply streams to stdout and the"
-        " session id goes to stderr.",
-    )
-    p.add_argument(
-        "message",
-        metavar="MESSAGE",
-        nargs="?",
-        help="what to say; left out (or -), it is read from standard input when that is piped",
-    )
-    p.add_argument("--session", metavar="ID", help="continue this session")
-    p.add_argument(
-        "--rate",
-        choices=("up", "down"),
-        help="rate a reply instead of sending (the session's last one; --session: which"
-        " session, default the latest)",
-    )
-    p.add_argument("--reply", metavar="ID", type=int, help="with --rate: the reply's message id")
-    p.add_argument("--note", metavar="TEXT", help="with --rate: why")
-    p.add_argument("--incognito", action="store_true", help="remember nothing of this chat")
-    p.add_argument("--profile", metavar="NAME", help="whose memory (default: your user name)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON when done")
-    p.set_defaults(handler=cmd_chat, help_parser=p)
+    from navi_desktop.cli import chat  # here: `navi --help` lists it after daemon
+
+    chat.register(commands)
 
     p = commands.add_parser("end", help="end sessions now and report what was learned")
     group = p.add_mutually_exclusive_group(required=True)
@@ -92,7 +68,7 @@ def _paths() -> Any:
     return Paths.from_env()
 
 
-async def _client(what: str = "this command") -> Any:
+async def connect_daemon(what: str = "this command") -> Any:
     """A connected client; starts the daemon first when none answers, unless NAVI_DAEMON=off
     (then a daemon already running is used, and none is started)."""
     from navi_desktop.daemon.client import DaemonUnavailable
@@ -117,7 +93,7 @@ def _call(
     """``method`` through the daemon; ``slow``: said once on stderr if it takes long."""
 
     async def main() -> Any:
-        async with await _client(what) as client:
+        async with await connect_daemon(what) as client:
             if slow is not None:
                 client.on_slow = lambda _: print(f"navi: {slow}", file=sys.stderr, flush=True)
             return await client.call(method, params)
@@ -125,7 +101,8 @@ def _call(
     return asyncio.run(main())
 
 
-def _params(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+def rpc_params(args: argparse.Namespace, **extra: Any) -> dict[str, Any]:
+    """A call's parameters: those given (None left out), with --profile when set."""
     params = {k: v for k, v in extra.items() if v is not None}
     if getattr(args, "profile", None):
         params["profile"] = args.profile
@@ -241,169 +218,8 @@ def cmd_daemon_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_chat(args: argparse.Namespace) -> int:
-    if args.rate:
-        return _rate(args)
-    if args.reply is not None or args.note is not None:
-        error("--reply and --note go with --rate up|down")
-        return 2
-    if args.message == "-" and sys.stdin.isatty():  # it would be sent as "-"
-        error(
-            '"-" reads the message from standard input, which is a terminal here: pipe it in'
-            ' (echo hi | navi chat -), or write the message in quotes, as in navi chat "hello"'
-        )
-        return 2
-    if args.message in (None, "-") and not sys.stdin.isatty():  # echo hi | navi chat
-        args.message = _read_stdin()
-        if args.message is None:
-            return 2
-    if not (args.message or "").strip():
-        error('nothing to send: the message is empty; write it in quotes, as in navi chat "hello"')
-        return 2
-    params = _params(
-        args, text=args.message, session_id=args.session, incognito=True if args.incognito else None
-    )
-
-    streaming: dict[str, str] = {}  # the session a reply streams in, once one does
-    result: dict[str, Any] = {}  # the turn, once the daemon answered it
-
-    async def main() -> None:
-        client = await _client("`navi chat`")
-        if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
-            from navi_desktop.ollama_host import host_note
-
-            note = host_note(await client.call("settings.get", {}))
-            if note:
-                print(f"navi: {note}", file=sys.stderr)
-
-        async def show_deltas() -> None:
-            async for note in client.notifications():
-                if note.method != "chat.delta":
-                    continue
-                streaming.setdefault("session", str(note.params.get("session_id")))
-                if not args.json:
-                    sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
-                    sys.stdout.flush()
-
-        printer = asyncio.ensure_future(show_deltas())
-        try:  # kept here: a failed write to stdout meanwhile ends this with its error
-            result.update(await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
-        finally:
-            await client.close()  # ends the notifications after the ones already received
-            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(printer, 2.0)
-
-    try:
-        asyncio.run(main())
-        if args.json:
-            emit_json(result)
-        else:
-            sys.stdout.write("\n")
-        sys.stdout.flush()  # here, not at exit: a failed write is said with the session
-    except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
-        sys.stdout.write("\n")
-        session = streaming.get("session") or args.session
-        if args.incognito:
-            where = f" (incognito session {session})" if session else ""
-            error(f"stopped (Ctrl+C): nothing of this chat is saved{where}")
-            return 130
-        where = f" in session {session}" if session else ""
-        came = "what came of the reply is kept" if streaming else "your message is kept"
-        error(f"stopped (Ctrl+C): {came}{where}")
-        return 130
-    except OutputError as exc:  # `navi chat > /dev/full`: the daemon kept the turn all the same
-        session = streaming.get("session") or result.get("session_id") or args.session
-        exc.kept = _kept_in(session, bool(result.get("incognito") or args.incognito), args)
-        raise
-    if result.get("cut"):
-        print(
-            "(the reply was cut at its length limit: raise ollama.reply_max_tokens for longer"
-            " ones)",
-            file=sys.stderr,
-        )
-    if result.get("cancelled"):  # `navi daemon stop`, SIGTERM, or another client's cancel
-        kept = " (what came is kept in the session)" if result.get("reply_message_id") else ""
-        error(f"the reply was stopped before its end{kept}")
-    label = "incognito session" if result.get("incognito") else "session"
-    print(f"{label} {result['session_id']}", file=sys.stderr)
-    return 1 if result.get("cancelled") else 0  # a partial reply is not a whole one
-
-
-def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:
-    """Where a chat whose output was lost is kept, and how to see it ('' when unknown)."""
-    from navi_desktop.memory.failures import profile_flag
-
-    if not session:
-        return ""
-    if incognito:
-        return f"and the incognito conversation is not saved (session {session})"
-    show = f"navi sessions show {session}{profile_flag(args.profile)}"
-    return f"and the conversation is kept in session {session} (see it: `{show}`)"
-
-
-def _read_stdin() -> str | None:
-    """The message piped in, or None when it cannot be sent (said in one line): read no
-    further than the longest message the daemon takes."""
-    from navi_desktop.daemon.method_params import MAX_CHAT_TEXT
-
-    data = sys.stdin.buffer.read(4 * MAX_CHAT_TEXT + 4)  # UTF-8: at most 4 bytes a character
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        error(f"the message on standard input is not UTF-8 text (byte {exc.start}); send text")
-        return None
-    if len(text) > MAX_CHAT_TEXT or (len(data) > 4 * MAX_CHAT_TEXT):
-        error(
-            f"the message on standard input is over {MAX_CHAT_TEXT:,} characters; send a"
-            " shorter one"
-        )
-        return None
-    return text
-
-
-def _rate(args: argparse.Namespace) -> int:
-    if args.message:
-        error("--rate rates a reply and sends nothing: leave out the message")
-        return 2
-    if args.incognito and args.session is None:  # the latest listed is a stored session
-        error(
-            "--rate --incognito needs --session ID, the id `navi chat --incognito` printed:"
-            " incognito sessions are never listed"
-        )
-        return 2
-
-    async def main() -> Any:
-        async with await _client() as client:
-            session = args.session
-            if session is None:
-                latest = await client.call("sessions.list", _params(args, limit=1))
-                if not latest:
-                    return None
-                session = latest[0]["id"]
-            params = _params(
-                args,
-                session_id=session,
-                message_id=args.reply,
-                rating=args.rate,
-                note=args.note,
-                incognito=True if args.incognito else None,
-            )
-            return await client.call("chat.rate", params)
-
-    result = asyncio.run(main())
-    if result is None:
-        error("no session to rate yet: chat first (navi chat MESSAGE)")
-        return 1
-    if args.json:
-        emit_json(result)
-        return 0
-    what = "turn" if result.get("incognito") else "reply"
-    print(f"Rated {what} {result['message_id']} of session {result['session_id']}: {args.rate}")
-    return 0
-
-
 def cmd_end(args: argparse.Namespace) -> int:
-    params = _params(args, id=args.session, all=True if args.all else None)
+    params = rpc_params(args, id=args.session, all=True if args.all else None)
     slow = (
         "still learning from the session: the model takes long (a long session,"
         " or a model server that does not answer); Ctrl+C stops waiting, and a session not"
@@ -443,7 +259,7 @@ def _dropped_lines(report: dict[str, Any]) -> list[str]:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     action = args.action
-    params = _params(args, id=getattr(args, "id", None), title=getattr(args, "title", None))
+    params = rpc_params(args, id=getattr(args, "id", None), title=getattr(args, "title", None))
     result = _call(f"sessions.{action}", params, f"`navi sessions {action}`")
     if args.json:
         emit_json(result)

@@ -33,7 +33,7 @@ from navi_desktop.daemon.status import daemon_status
 from navi_desktop.errors import NaviError, StorageUnavailable
 from navi_desktop.memory.backends import on_server
 from navi_desktop.memory.clock import iso
-from navi_desktop.memory.db import close_left
+from navi_desktop.memory.open_files import close_left
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.ollama_host import env_host_problems
 from navi_desktop.paths import Paths, check_profile_name

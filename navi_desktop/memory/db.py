@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -38,6 +37,7 @@ from navi_desktop.memory.filecheck import (
     refuse_others,
     wal_path,
 )
+from navi_desktop.memory.open_files import OPEN
 from navi_desktop.paths import ensure_private_dir
 
 __all__ = ["APPLICATION_ID", "SQLITE_HEADER", "Database", "DbError", "ReadPool"]
@@ -45,27 +45,6 @@ __all__ = ["APPLICATION_ID", "SQLITE_HEADER", "Database", "DbError", "ReadPool"]
 DbError = sqlean.Error
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-# Every file open in this process. Each connection has a thread of its own that keeps the
-# process from exiting until it is closed: a stop closes what nothing else did (close_left).
-# Weak: one nothing refers to any more is collected, and its thread stops with it.
-OPEN: weakref.WeakSet[Database] = weakref.WeakSet()
-
-
-async def close_left(*folders: Path) -> list[Path]:
-    """Close the files still open under ``folders``, and return their paths: ones a call had
-    opened when it went away, which left a stopped daemon running, holding the file, for
-    good. (Under its folders only: a test may run a daemon beside files of its own.)"""
-    left = [db for db in OPEN if any(db.path.is_relative_to(f) for f in folders)]
-    for db in left:
-        try:
-            await db.close()
-        except Exception:  # closing what is left must not stop the rest closing
-            OPEN.discard(db)
-            with contextlib.suppress(Exception):
-                await db.conn.close()
-    return [db.path for db in left]
 
 
 class Database:
@@ -153,16 +132,7 @@ class Database:
                 path.chmod(0o600)
         except OSError as exc:
             raise os_failure(exc, path, opening=True) from exc
-        # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
-        # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
-        checked = identity(path)  # the file checked above must be the one opened
-        if checked is None:
-            raise moved(path, replaced=False)
-        opened = await asyncio.to_thread(open_connection, path, opening=True, expect=checked)
-        conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
-        await conn
-        await conn.execute("PRAGMA wal_autocheckpoint = 0")
-        return cls(conn, path, checked)
+        return await cls._connect(path)
 
     @classmethod
     async def _open_read_only(cls, path: Path, check: SchemaCheck | None) -> Database:
@@ -178,15 +148,24 @@ class Database:
                 " cannot have made; nothing was changed: mount it read-write again"
             )
         await asyncio.to_thread(probe, path, check)
+        return await cls._connect(path, read_only=True)
+
+    @classmethod
+    async def _connect(cls, path: Path, *, read_only: bool = False) -> Database:
+        """The connection to the file just checked, which must still be the one at ``path``."""
         checked = identity(path)
         if checked is None:
             raise moved(path, replaced=False)
+        # Opened in a plain thread, then handed to aiosqlite's: a connector failing inside
+        # aiosqlite's worker thread leaves that thread reporting to a loop that may be gone.
         opened = await asyncio.to_thread(
-            open_connection, path, opening=True, expect=checked, read_only=True
+            open_connection, path, opening=True, expect=checked, read_only=read_only
         )
         conn = aiosqlite.Connection(lambda: opened, iter_chunk_size=64)
         await conn
-        return cls(conn, path, checked, read_only=True)
+        if not read_only:  # checkpoints are ours (see CHECKPOINT_EVERY)
+            await conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return cls(conn, path, checked, read_only=read_only)
 
     def verify(self) -> None:
         """Raise ``ProfileMoved`` once the file at the path is not the one open here (another

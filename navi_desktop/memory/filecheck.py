@@ -33,6 +33,7 @@ from navi_desktop.memory.failures import (
     unreachable,
     unreadable,
 )
+from navi_desktop.memory.open_files import OPEN
 from navi_desktop.memory.walcheck import scan
 
 # PRAGMA application_id marks the file as ours ("NAVI"), so a foreign SQLite file is never touched.
@@ -121,12 +122,10 @@ def check_file(path: Path, *, writing: bool = True) -> int:
 
 
 def _open_here(st: os.stat_result) -> bool:
-    """Whether this process has the file open through SQLite (db.OPEN). Closing any
+    """Whether this process has the file open through SQLite (OPEN). Closing any
     descriptor of a file drops every POSIX lock the process holds on it, SQLite's too: a
     plain open() of it (a restore from a profile that is open, a backup's header check) would
     leave its readers and writers unseen by other processes."""
-    from navi_desktop.memory.db import OPEN  # db.py imports this module
-
     return any(db.file_identity == (st.st_dev, st.st_ino) for db in list(OPEN))
 
 

@@ -1,0 +1,204 @@
+"""``navi chat``: one chat turn through the daemon, or a rating of a reply (--rate)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import sys
+from typing import Any
+
+from navi_desktop.cli.daemon_cmds import connect_daemon, rpc_params
+from navi_desktop.cli.output import OutputError, emit_json, error, safe
+
+CHAT_TIMEOUT_S = 600.0
+
+
+def register(commands: Any) -> None:
+    p = commands.add_parser(
+        "chat",
+        help="one chat turn; the reply streams to stdout",
+        description="Send one message; the reply streams to stdout and the"
+        " session id goes to stderr.",
+    )
+    p.add_argument(
+        "message",
+        metavar="MESSAGE",
+        nargs="?",
+        help="what to say; left out (or -), it is read from standard input when that is piped",
+    )
+    p.add_argument("--session", metavar="ID", help="continue this session")
+    p.add_argument(
+        "--rate",
+        choices=("up", "down"),
+        help="rate a reply instead of sending (the session's last one; --session: which"
+        " session, default the latest)",
+    )
+    p.add_argument("--reply", metavar="ID", type=int, help="with --rate: the reply's message id")
+    p.add_argument("--note", metavar="TEXT", help="with --rate: why")
+    p.add_argument("--incognito", action="store_true", help="remember nothing of this chat")
+    p.add_argument("--profile", metavar="NAME", help="whose memory (default: your user name)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON when done")
+    p.set_defaults(handler=cmd_chat, help_parser=p)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    if args.rate:
+        return _rate(args)
+    if args.reply is not None or args.note is not None:
+        error("--reply and --note go with --rate up|down")
+        return 2
+    if args.message == "-" and sys.stdin.isatty():  # it would be sent as "-"
+        error(
+            '"-" reads the message from standard input, which is a terminal here: pipe it in'
+            ' (echo hi | navi chat -), or write the message in quotes, as in navi chat "hello"'
+        )
+        return 2
+    if args.message in (None, "-") and not sys.stdin.isatty():  # echo hi | navi chat
+        args.message = _read_stdin()
+        if args.message is None:
+            return 2
+    if not (args.message or "").strip():
+        error('nothing to send: the message is empty; write it in quotes, as in navi chat "hello"')
+        return 2
+    params = rpc_params(
+        args, text=args.message, session_id=args.session, incognito=True if args.incognito else None
+    )
+
+    streaming: dict[str, str] = {}  # the session a reply streams in, once one does
+    result: dict[str, Any] = {}  # the turn, once the daemon answered it
+
+    async def main() -> None:
+        client = await connect_daemon("`navi chat`")
+        if os.environ.get("OLLAMA_HOST"):  # this shell's host may not be the daemon's
+            from navi_desktop.ollama_host import host_note
+
+            note = host_note(await client.call("settings.get", {}))
+            if note:
+                print(f"navi: {note}", file=sys.stderr)
+
+        async def show_deltas() -> None:
+            async for note in client.notifications():
+                if note.method != "chat.delta":
+                    continue
+                streaming.setdefault("session", str(note.params.get("session_id")))
+                if not args.json:
+                    sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
+                    sys.stdout.flush()
+
+        printer = asyncio.ensure_future(show_deltas())
+        try:  # kept here: a failed write to stdout meanwhile ends this with its error
+            result.update(await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
+        finally:
+            await client.close()  # ends the notifications after the ones already received
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(printer, 2.0)
+
+    try:
+        asyncio.run(main())
+        if args.json:
+            emit_json(result)
+        else:
+            sys.stdout.write("\n")
+        sys.stdout.flush()  # here, not at exit: a failed write is said with the session
+    except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
+        sys.stdout.write("\n")
+        session = streaming.get("session") or args.session
+        if args.incognito:
+            where = f" (incognito session {session})" if session else ""
+            error(f"stopped (Ctrl+C): nothing of this chat is saved{where}")
+            return 130
+        where = f" in session {session}" if session else ""
+        came = "what came of the reply is kept" if streaming else "your message is kept"
+        error(f"stopped (Ctrl+C): {came}{where}")
+        return 130
+    except OutputError as exc:  # `navi chat > /dev/full`: the daemon kept the turn all the same
+        session = streaming.get("session") or result.get("session_id") or args.session
+        exc.kept = _kept_in(session, bool(result.get("incognito") or args.incognito), args)
+        raise
+    if result.get("cut"):
+        print(
+            "(the reply was cut at its length limit: raise ollama.reply_max_tokens for longer"
+            " ones)",
+            file=sys.stderr,
+        )
+    if result.get("cancelled"):  # `navi daemon stop`, SIGTERM, or another client's cancel
+        kept = " (what came is kept in the session)" if result.get("reply_message_id") else ""
+        error(f"the reply was stopped before its end{kept}")
+    label = "incognito session" if result.get("incognito") else "session"
+    print(f"{label} {result['session_id']}", file=sys.stderr)
+    return 1 if result.get("cancelled") else 0  # a partial reply is not a whole one
+
+
+def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:
+    """Where a chat whose output was lost is kept, and how to see it ('' when unknown)."""
+    from navi_desktop.memory.failures import profile_flag
+
+    if not session:
+        return ""
+    if incognito:
+        return f"and the incognito conversation is not saved (session {session})"
+    show = f"navi sessions show {session}{profile_flag(args.profile)}"
+    return f"and the conversation is kept in session {session} (see it: `{show}`)"
+
+
+def _read_stdin() -> str | None:
+    """The message piped in, or None when it cannot be sent (said in one line): read no
+    further than the longest message the daemon takes."""
+    from navi_desktop.daemon.method_params import MAX_CHAT_TEXT
+
+    data = sys.stdin.buffer.read(4 * MAX_CHAT_TEXT + 4)  # UTF-8: at most 4 bytes a character
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        error(f"the message on standard input is not UTF-8 text (byte {exc.start}); send text")
+        return None
+    if len(text) > MAX_CHAT_TEXT or (len(data) > 4 * MAX_CHAT_TEXT):
+        error(
+            f"the message on standard input is over {MAX_CHAT_TEXT:,} characters; send a"
+            " shorter one"
+        )
+        return None
+    return text
+
+
+def _rate(args: argparse.Namespace) -> int:
+    if args.message:
+        error("--rate rates a reply and sends nothing: leave out the message")
+        return 2
+    if args.incognito and args.session is None:  # the latest listed is a stored session
+        error(
+            "--rate --incognito needs --session ID, the id `navi chat --incognito` printed:"
+            " incognito sessions are never listed"
+        )
+        return 2
+
+    async def main() -> Any:
+        async with await connect_daemon() as client:
+            session = args.session
+            if session is None:
+                latest = await client.call("sessions.list", rpc_params(args, limit=1))
+                if not latest:
+                    return None
+                session = latest[0]["id"]
+            params = rpc_params(
+                args,
+                session_id=session,
+                message_id=args.reply,
+                rating=args.rate,
+                note=args.note,
+                incognito=True if args.incognito else None,
+            )
+            return await client.call("chat.rate", params)
+
+    result = asyncio.run(main())
+    if result is None:
+        error("no session to rate yet: chat first (navi chat MESSAGE)")
+        return 1
+    if args.json:
+        emit_json(result)
+        return 0
+    what = "turn" if result.get("incognito") else "reply"
+    print(f"Rated {what} {result['message_id']} of session {result['session_id']}: {args.rate}")
+    return 0
