@@ -10,6 +10,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.daemon_home import navi_home
 from tests.pipeline_helpers import extraction, fact
 
@@ -112,8 +114,10 @@ def test_ctrl_c_during_a_reply_says_what_is_kept_and_where() -> None:
         assert shown["messages"][-1]["content"].startswith("one"), shown["messages"]
 
 
-def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept() -> None:
-    """It said "what came of the reply is kept in session …" of a chat that keeps nothing."""
+@pytest.mark.parametrize("continued", [False, True])
+def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept(continued: bool) -> None:
+    """It said "what came of the reply is kept in session …" of a chat that keeps nothing,
+    with --incognito or in an incognito session continued by its id alone."""
     import signal
     import time
 
@@ -121,8 +125,12 @@ def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept() -> None:
 
     with navi_home() as h:
         h.start()
+        args = ["--incognito"]
+        if continued:
+            first = h.navi("chat", "--incognito", "--json", "hello")
+            args = ["--session", json.loads(first.stdout)["session_id"]]
         h.fake.script(Reply("one two three four five six seven eight", delay=0.5))
-        chat = h.popen("chat", "--incognito", "count slowly")
+        chat = h.popen("chat", *args, "count slowly")
         assert chat.stdout is not None
         assert chat.stdout.read(3) == "one"
         time.sleep(0.3)
@@ -131,7 +139,5 @@ def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept() -> None:
         assert chat.returncode == 130, err
         [line] = err.strip().splitlines()
         assert line.startswith("navi: stopped (Ctrl+C): nothing of this chat is saved"), line
-        assert "kept" not in line, line
-        assert "incognito session" in line, line
-        listed = json.loads(h.navi("sessions", "list", "--json").stdout)
-        assert listed == [] or all(not s.get("incognito") for s in listed), listed
+        assert "kept" not in line and "incognito session incognito-" in line, line
+        assert json.loads(h.navi("sessions", "list", "--json").stdout) == []

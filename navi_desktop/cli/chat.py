@@ -105,7 +105,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:  # the daemon stops the reply and keeps what came (a "^C" alone)
         sys.stdout.write("\n")
         session = streaming.get("session") or args.session
-        if args.incognito:
+        if args.incognito or _incognito_id(session):  # also one continued by its --session
             where = f" (incognito session {session})" if session else ""
             error(f"stopped (Ctrl+C): nothing of this chat is saved{where}")
             return 130
@@ -115,7 +115,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return 130
     except OutputError as exc:  # `navi chat > /dev/full`: the daemon kept the turn all the same
         session = streaming.get("session") or result.get("session_id") or args.session
-        exc.kept = _kept_in(session, bool(result.get("incognito") or args.incognito), args)
+        incognito = bool(result.get("incognito") or args.incognito or _incognito_id(session))
+        exc.kept = _kept_in(session, incognito, args)
         raise
     if result.get("cut"):
         print(
@@ -129,6 +130,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     label = "incognito session" if result.get("incognito") else "session"
     print(f"{label} {result['session_id']}", file=sys.stderr)
     return 1 if result.get("cancelled") else 0  # a partial reply is not a whole one
+
+
+def _incognito_id(session: str | None) -> bool:
+    from navi_desktop.pipeline.incognito import ID_PREFIX
+
+    return bool(session and session.startswith(ID_PREFIX))
 
 
 def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:

@@ -20,10 +20,13 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 
+ID_PREFIX = "incognito-"  # how a client tells one from a stored session's id
+
+
 @dataclass
 class IncognitoSession:
     read_memory: bool = False
-    id: str = field(default_factory=lambda: "incognito-" + uuid.uuid4().hex[:8])
+    id: str = field(default_factory=lambda: ID_PREFIX + uuid.uuid4().hex[:8])
     history: list[dict[str, Any]] = field(default_factory=list)
     ratings: dict[int, Rating] = field(default_factory=dict)  # by turn number, memory only
 
