@@ -57,3 +57,18 @@ def test_an_incognito_chat_whose_output_is_lost_claims_nothing_was_kept() -> Non
             line,
         ), line
         assert h.navi("sessions", "list").stdout == ""
+
+
+def test_a_model_that_fails_mid_reply_is_said_even_when_the_output_is_lost(tmp_path) -> None:
+    """The reply's own failure (said when the output goes to a file) was replaced by the
+    output's: the user learnt of a full disk and never of the model that failed."""
+    with navi_home() as h:
+        lines = {}
+        for out in (tmp_path / "reply.txt", Path("/dev/full")):
+            h.fake.script(
+                Reply(chunks=["Lisbon ", "is ", "lovely "], error="model ran out of memory")
+            )
+            lines[out.name] = _one_line(_navi_into(out, h.environ, "chat", "travel?"))
+        assert "model ran out of memory" in lines["reply.txt"], lines
+        assert "model ran out of memory" in lines["full"], lines
+        assert "disk full" not in lines["full"], lines

@@ -88,12 +88,18 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
 
         printer = asyncio.ensure_future(show_deltas())
+        answered = False
         try:  # kept here: a failed write to stdout meanwhile ends this with its error
             result.update(await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
+            answered = True
         finally:
             await client.close()  # ends the notifications after the ones already received
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(printer, 2.0)
+                try:
+                    await asyncio.wait_for(printer, 2.0)
+                except OutputError:
+                    if answered:  # else the turn's own failure (the model's) is the news
+                        raise
 
     try:
         asyncio.run(main())
