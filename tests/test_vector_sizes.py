@@ -79,26 +79,27 @@ async def test_a_vector_of_another_size_is_made_again_and_found_by_meaning(tmp_p
             assert await store.missing_embeddings() == 0
 
 
-async def test_on_a_memory_server_the_old_row_is_replaced(pg_dsn):
-    """The server's insert never replaced a text's vector (ON CONFLICT DO NOTHING)."""
+async def test_on_a_memory_server_machines_of_two_sizes_leave_each_others_vectors(pg_dsn):
+    """Two machines share a profile; their models of one name give two sizes (one upgraded,
+    one not yet). Each counted the other's vectors as stale and made them again, replacing
+    them: every pass on either machine re-embedded the whole profile, for good."""
     from navi_desktop.memory.pg import PgMemoryStore
     from tests.pg_support import profile_name
 
     profile = profile_name()
-    query = "SELECT e.id, e.dim, e.vector FROM embeddings e JOIN memories m ON m.id = e.memory_id"
-    query += " WHERE m.value = ?"
-    async with ollama() as (fake, embedder):
-        async with await PgMemoryStore.open(pg_dsn, profile, embedder=embedder) as store:
-            await one_odd_vector(store, fake)
-            async with store.db.reading():
-                [(old_id, _, _)] = await store.db.fetchall(query, (ODD,))
-        async with await PgMemoryStore.open(pg_dsn, profile, embedder=embedder) as store:
-            assert await store.backfill_embeddings() == 1
-            async with store.db.reading():
-                [(row_id, dim, vector)] = await store.db.fetchall(query, (ODD,))
-            assert (row_id, dim, len(vector.to_list())) == (old_id, 8, 8)
-            assert await sizes(store) == {v: [8] for v in (*VALUES, ODD)}
-            assert await found_by_meaning(store, ODD)
+    async with ollama() as (_, embedder_a), ollama() as (fake_b, embedder_b):
+        answer_at(fake_b, 12)
+        a = await PgMemoryStore.open(pg_dsn, profile, embedder=embedder_a)
+        b = await PgMemoryStore.open(pg_dsn, profile, embedder=embedder_b)
+        async with a, b:
+            for value in VALUES:
+                await a.add_memory(value)
+            passes = [await s.backfill_embeddings() for s in (a, b, a, b)]
+            assert passes == [3, 0, 0, 0]
+            assert await sizes(a) == {v: [8] for v in VALUES}
+            assert await found_by_meaning(a, VALUES[1])  # the first machine's search works
+            hits = await b.search("Porto")  # the other's by words
+            assert hits[0].memory.value == VALUES[1] and "vector" not in hits[0].signals
 
 
 async def test_a_whole_profile_moves_to_the_models_new_size(tmp_path):
@@ -124,8 +125,9 @@ async def test_a_whole_profile_moves_to_the_models_new_size(tmp_path):
             assert said == [
                 (
                     "warning",
-                    f"4 of 6 vectors of ollama/{NAME} are not of 384 dimensions like its newest:"
-                    " search by meaning leaves them out",
+                    f"ollama/{NAME} has vectors of 2 sizes (2 of 384, 4 of 768 dimensions):"
+                    " search by meaning uses the size the model gives now and leaves the others"
+                    " out",
                 )
             ]
             assert await store.backfill_embeddings() == 4

@@ -255,7 +255,7 @@ def _vectors(conn: sqlean.Connection, report: Report) -> None:
             )
     for model, dims in models.items():
         if len(dims) > 1:
-            _sizes(conn, report, model, {r[1]: r[2] for r in rows if r[0] == model})
+            _sizes(report, model, {r[1]: r[2] for r in rows if r[0] == model})
     missing = conn.execute(
         "SELECT count(*) FROM memories m WHERE status IN ('active', 'held') AND NOT EXISTS"
         " (SELECT 1 FROM embeddings e WHERE e.memory_id = m.id)"
@@ -277,19 +277,16 @@ def _vectors(conn: sqlean.Connection, report: Report) -> None:
         )
 
 
-def _sizes(conn: sqlean.Connection, report: Report, model: str, counts: dict[int, int]) -> None:
-    """A model's vectors of several sizes. The size it gives now is the one that counts (the
-    embedding pass makes the others again); the doctor does not ask the model, so it takes
-    the size of the newest vector, the last one the model gave."""
-    newest = conn.execute(
-        "SELECT dim FROM embeddings WHERE model = ? ORDER BY id DESC LIMIT 1", (model,)
-    ).fetchone()[0]
-    other = sum(n for dim, n in counts.items() if dim != newest)
+def _sizes(report: Report, model: str, counts: dict[int, int]) -> None:
+    """A model's vectors of several sizes. Search by meaning uses the size the model gives
+    now and the embedding pass makes the others again; the doctor does not ask the model,
+    so it cannot say which size that is (the newest vector may be the odd one)."""
+    sizes = ", ".join(f"{n:,} of {dim}" for dim, n in sorted(counts.items()))
     report.add(
         "vectors",
         WARNING,
-        f"{other} of {sum(counts.values())} vectors of {model} are not of {newest} dimensions"
-        " like its newest: search by meaning leaves them out",
+        f"{model} has vectors of {len(counts)} sizes ({sizes} dimensions): search by meaning"
+        " uses the size the model gives now and leaves the others out",
         f"the embedding pass makes them again at the size {model} gives now (the daemon does,"
         " in the background)",
     )

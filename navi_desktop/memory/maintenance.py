@@ -149,10 +149,18 @@ class EmbeddingPassOps:
     # of another size counts as missing (a model may change its size under the same name).
     _model_size: tuple[str, int] | None = None
 
+    # A memory server's profile is shared by machines whose models of one name may differ in
+    # size (one upgraded, one not yet): there a vector of another size is another machine's,
+    # not stale, and making it again would start the two re-embedding each other's for good.
+    shares_vectors = False
+
     def _known_size(self: Store) -> int | None:
-        """The current model's vector size, as it last answered this store (None: not yet)."""
+        """The current model's vector size, as it last answered this store (None: not yet,
+        or a memory server's profile, where the pass goes by the model's name alone)."""
         held = self._model_size
-        return held[1] if held and self.embedder and held[0] == self.embedder.model else None
+        if self.shares_vectors or not held or not self.embedder:
+            return None
+        return held[1] if held[0] == self.embedder.model else None
 
     def _heard_size(self: Store, size: int) -> None:
         assert self.embedder is not None

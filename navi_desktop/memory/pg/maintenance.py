@@ -36,15 +36,15 @@ class PgMaintenanceOps:
         vectors: np.ndarray,
     ) -> None:
         """Float vectors as pgvector's type (the server's index reads them as they are). A
-        text's vector of the model replaces the one it had (another size, or its old text's):
-        the row moves to the HNSW index of its new size (one per size, partial on dim)."""
+        text's vector of the model replaces the one it had (its old text's); one of another
+        size is another machine's, and stays (``shares_vectors``)."""
         assert self.embedder is not None
         model, when = self.embedder.model, now_iso()
         await self.db.executemany(
             f"INSERT INTO embeddings ({column}, model, dim, content_hash, vector, created_at)"
             f" VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT ({column}, model) WHERE {column} IS NOT NULL"
-            " DO UPDATE SET dim = excluded.dim, content_hash = excluded.content_hash,"
-            " vector = excluded.vector, created_at = excluded.created_at",
+            " DO UPDATE SET content_hash = excluded.content_hash, vector = excluded.vector,"
+            " created_at = excluded.created_at WHERE embeddings.dim = excluded.dim",
             [
                 (owner_id, model, int(vec.shape[0]), digest, vec, when)
                 for owner_id, digest, vec in zip(owner_ids, hashes, vectors, strict=True)

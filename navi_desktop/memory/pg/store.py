@@ -75,6 +75,7 @@ class PgMemoryStore(
     """Everything the daemon (or the CLI) does with one profile's memory, on a server."""
 
     backend = "postgres"
+    shares_vectors = True  # machines share a profile: another size may be another's model
     # Where the shared code's SQL differs (the file's values: store.MemoryStore).
     ROW_LOCK = " FOR UPDATE"  # two daemons may change one profile at once
     SAME_VALUE = "lower(value) = lower(?)"  # memories_unkeyed indexes lower(value)
