@@ -664,3 +664,53 @@ async def test_a_web_server_at_the_host_is_named_not_quoted():
     text = assert_one_line(err.value)
     assert text.startswith(f"{host} sent a web page (HTTP 501) in answer to the chat with")
     assert text.endswith(" — is it an Ollama server?") and "<" not in text
+
+
+@contextlib.asynccontextmanager
+async def _listener():
+    """A port that counts the connections made to it (and answers none)."""
+    seen: list[int] = []
+
+    async def note(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(1)
+        writer.close()
+
+    server = await asyncio.start_server(note, "127.0.0.1", 0)
+    try:
+        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", seen
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_requests_go_to_the_host_not_through_a_proxy_from_the_environment(fake, monkeypatch):
+    """HTTP_PROXY (or ALL_PROXY) sent every request, memories and all, through that proxy,
+    127.0.0.1 included."""
+    async with _listener() as (proxy, seen):
+        for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+            monkeypatch.setenv(name, proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        backend = make_backend(fake)
+        try:
+            assert await backend.version() == "0.12.3"
+            assert len(await backend.embed_fn("mini-embed", ["my PIN is 4711"])) == 1
+        finally:
+            await backend.aclose()
+    assert seen == []
+    assert [r.path for r in fake.requests][-1] == "/api/embed"
+
+
+async def test_a_redirect_from_the_host_is_not_followed(fake):
+    """A host answering with a redirect would have the request, memories and all, sent on."""
+    async with _listener() as (elsewhere, seen):
+        fake.path_replies["/api/embed"] = Reply(
+            raw=b"", status=307, headers={"Location": f"{elsewhere}/api/embed"}
+        )
+        backend = make_backend(fake)
+        try:
+            with pytest.raises(NaviError):
+                await backend.embed_fn("mini-embed", ["my PIN is 4711"])
+        finally:
+            await backend.aclose()
+    assert seen == []

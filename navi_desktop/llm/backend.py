@@ -97,6 +97,10 @@ class OllamaBackend(Calls):
         )
         http_timeout = httpx.Timeout(read, connect=connect_timeout)
         bounded = limits.bounded_http()  # every reply's bytes counted as they come (reply_limits)
+        # Requests carry memories: they go to the configured host and nowhere else, not through
+        # a proxy from the environment (HTTP_PROXY sent them there, 127.0.0.1 too) nor where a
+        # redirect points (Ollama never redirects).
+        bounded |= {"trust_env": False, "follow_redirects": False}
         self._client = ollama.AsyncClient(host=self.host, timeout=http_timeout, **bounded)
         # The client's own httpx client (same pool and timeouts) serves /api/version, which
         # ``ollama`` has no method for; fall back to a separate one should that attribute go.
