@@ -272,7 +272,18 @@ def load_settings(
         return fallback, [SettingError(FILE_KEY, reason)]
     except tomllib.TOMLDecodeError as err:
         return fallback, [toml_error(path, err, f"the file was not changed and {kept}")]
+    except (ValueError, RecursionError) as err:  # past the parser's own limits
+        reason = f"{path} cannot be read as settings: {too_deep(err)}; the file was not changed"
+        return fallback, [SettingError(FILE_KEY, f"{reason} and {kept}")]
     return parse_settings(data, previous)
+
+
+def too_deep(err: ValueError | RecursionError) -> str:
+    """What Python's TOML parser met that is no syntax error: a number too long to convert,
+    or tables and arrays nested past Python's depth."""
+    if isinstance(err, RecursionError):
+        return "its tables or arrays are nested too deep"
+    return "it holds a number too long to read (over 4,300 digits)"
 
 
 def toml_error(path: Path, err: tomllib.TOMLDecodeError, outcome: str) -> SettingError:

@@ -10,7 +10,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from navi_desktop.config import MAX_CONFIG_BYTES, InvalidSetting, SettingError, toml_error, unknown
+from navi_desktop.config import (
+    MAX_CONFIG_BYTES,
+    InvalidSetting,
+    SettingError,
+    toml_error,
+    too_deep,
+    unknown,
+)
 from navi_desktop.config_specs import KEYMAP_KEY, SPECS, BadValue, SettingSpec, key_string
 from navi_desktop.errors import DiskError, DiskFull, InvalidInput, NaviError
 from navi_desktop.fileio import read_regular, write_private_atomic
@@ -84,6 +91,11 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
         raise InvalidInput(str(toml_error(path, err, outcome))) from err
     except ParseError as err:  # tomlkit stricter than tomllib: unlikely
         raise InvalidInput(f"{path}: {err}; the file was not changed") from err
+    except (ValueError, RecursionError) as err:  # past the parser's own limits
+        raise InvalidInput(
+            f"cannot read {path}: {too_deep(err)}: fix it in an editor first; the file was not"
+            " changed"
+        ) from err
 
     order = {key: i for i, key in enumerate(SPECS)}
     for key in sorted(values, key=lambda k: order.get(k, len(order))):

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from navi_desktop.tui.app import NaviApp
 from tests.daemon_home import navi as run_navi
 from tests.test_profile_errors import half, make_profiles
@@ -96,3 +98,31 @@ async def test_the_banner_shows_config_errors_and_a_damaged_profile(tmp_path: Pa
             assert f"config.toml: {BAD}; the default (800) stays in force" in text
     finally:
         await daemon.stop()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("[memory]\nbudget_tokens = " + "9" * 5000 + "\n", "a number too long to read"),
+        ("x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deep"),
+    ],
+    ids=["long-number", "deep-arrays"],
+)
+def test_a_config_past_the_parsers_limits_is_one_line_not_a_crash(
+    tmp_path: Path, content: str, said: str
+):
+    """Every command, the app and the daemon's start ended in a traceback (a ValueError or a
+    RecursionError from the parser, which is not a syntax error), and a save in an error
+    that said nothing."""
+    from navi_desktop.config_save import save_settings
+    from navi_desktop.errors import InvalidInput
+
+    paths = make_home(tmp_path, DEAD_HOST)
+    paths.config_file.write_text(content)
+    done = navi(tmp_path / "home", "memory", "stats", daemon="off")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert said in line and "the defaults are in force" in line, line
+    with pytest.raises(InvalidInput, match=said):
+        save_settings(paths.config_file, {"memory.budget_tokens": 900})
+    assert paths.config_file.read_text() == content
