@@ -360,3 +360,16 @@ def test_field_text_becomes_setting_values() -> None:
         from_widget(FIELDS["memory.budget_tokens"], "9.5")
     with pytest.raises(ValueError, match="greater than 0"):
         from_widget(FIELDS["ollama.timeout_s"], "0")
+
+
+async def test_text_like_markup_in_a_field_is_shown_not_read(home: Any) -> None:
+    """Typing "[/]" into a number field ended the app with a MarkupError (the error line
+    read the value as markup), losing every unsaved edit."""
+    app = NaviApp(home, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await open_settings(app, pilot)
+        await type_into(pilot, app, "memory.budget_tokens", "[/]")
+        assert "got '[/]'" in error_text(app, "memory.budget_tokens")
+        await type_into(pilot, app, "memory.budget_tokens", "[b]x")
+        assert "got '[b]x'" in error_text(app, "memory.budget_tokens")
+        assert app.is_running and isinstance(app.screen, SettingsScreen)

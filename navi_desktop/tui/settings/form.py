@@ -61,7 +61,8 @@ class FieldRow(Vertical):
             yield Static(self.field.help, classes="help")
         # On a narrow screen the help goes under the field, not into a sliver beside it.
         yield Static(self.field.help, classes="help-below")
-        yield Static("", id=f"{self.field.widget_id}-error", classes="error")
+        # What the user typed and what a server said are shown as text, never read as markup.
+        yield Static("", id=f"{self.field.widget_id}-error", classes="error", markup=False)
         for extra in self._extras:
             extra.add_class("extra")
             yield extra
@@ -113,7 +114,7 @@ class SettingsForm(VerticalScroll):
         if field.kind == MODEL:
             return [ModelNote(field.widget_id)]
         if field.key == "ollama.host":
-            return [Static("", id="test-result")]
+            return [Static("", id="test-result", markup=False)]
         return []
 
     # -- values --------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.message import Message
@@ -42,7 +43,7 @@ def describe(model: Model, room: int = 40) -> str:
 
 def model_options(
     installed: list[Model] | None, current: str, need: str | None = None
-) -> list[tuple[str, str]]:
+) -> list[tuple[Text, str]]:
     """(label, value) pairs: the installed models that can do ``need`` (an embedding-only
     model cannot chat: it would fail only when a message is sent), with ``current`` among them
     always, so a model that is not installed (or a list Ollama could not give) still shows
@@ -57,12 +58,12 @@ def model_options(
             label = describe({**model, "name": current})
             if not can(model, need):
                 label += f" (cannot do {need})"
-            options.append((label, current))  # the name as set: no change to save
+            options.append((Text(label), current))  # the name as set: no change to save
             found = True
         elif can(model, need):
-            options.append((describe(model), name))
+            options.append((Text(describe(model)), name))
     if current and not found:
-        options.insert(0, (f"{current} (not installed)", current))
+        options.insert(0, (Text(f"{current} (not installed)"), current))
     return options
 
 
@@ -98,7 +99,7 @@ class ModelNote(Horizontal):
         self._current = ""
 
     def compose(self) -> ComposeResult:
-        yield Static("", classes="model-note")
+        yield Static("", classes="model-note", markup=False)  # model names are the server's
         yield Button("Pull", classes="pull", compact=True, variant="primary")
         yield ProgressBar(show_eta=False)
 
