@@ -27,6 +27,8 @@ _EXPORT_LEFT = re.compile(rf"^\..+\.{EXPORT_TMP}[a-z0-9_]{{8}}\.tmp$")
 # Where folder locks are not to be had (NFS): a temporary file this old has no writer left (a
 # writer changes it page after page; a restore's whole stay is seconds to minutes).
 STALE_TMP_S = 3600
+# How long a writer waits for a folder's lock: a cleaner holds it alone only for a moment.
+LOCK_WAIT_S = 2.0
 # What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -227,52 +229,78 @@ def writing_in(folder: Path) -> Iterator[None]:
     """Held, shared, while a file is written under a temporary name in ``folder``; a cleaner
     removes temporary files only while it holds the lock alone, so never one still being
     written by a backup, restore or export in this or another process. Where a file system
-    has no such locks, nothing is held (the cleaner then goes by age)."""
-    fd = _folder_lock(folder, fcntl.LOCK_SH)  # waits only for a cleaner's moment
+    has no such locks, nothing is held (the cleaner then goes by age).
+
+    A cleaner holds the lock alone only for a moment, so it is waited for up to
+    ``LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared folder
+    such as /tmp can), and the file is written without it rather than waited for without
+    end. That stays safe: no cleaner removes anything while another holds the lock, and a
+    cleaner removes only this user's own files, never through a link. (Should that other let
+    go mid-write just as a cleaner of this user's runs there, this write fails and says so;
+    nothing half-written stays.)"""
     try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no folder there: the write says so in its own words
+        yield
+        return
+    try:
+        try:
+            _lock(fd, fcntl.LOCK_SH, wait_s=LOCK_WAIT_S)
+        except BlockingIOError:
+            log.warning("another process holds the lock of %s; writing without it", folder)
         yield
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def remove_matching(folder: Path, pattern: re.Pattern[str], left_by: str) -> list[Path]:
     """Remove the user's own regular files in ``folder`` named as ``pattern``'s temporary
-    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log."""
-    fd = _folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    if fd == -1:
-        return []  # a writer is at work right now: a later cleaner removes them
-    oldest = time.time() - STALE_TMP_S if fd is None else None  # no locks: go by age
+    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log.
+    Never waits: while any process holds the folder's lock (a writer, or another user in a
+    shared folder), nothing is removed, and a later cleaner does it. Looked up and removed
+    through the folder's descriptor, by name: a link is seen as a link and never followed."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []  # no folder: nothing to remove
     removed: list[Path] = []
     try:
-        for entry in os.scandir(folder):
-            st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
-            if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                continue
-            if st.st_mtime > (oldest or math.inf):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-                log.warning("removed %s, left by %s", entry.path, left_by)
+        try:
+            locks = _lock(fd, fcntl.LOCK_EX)
+        except BlockingIOError:
+            return []  # a writer is at work right now: a later cleaner removes them
+        oldest = math.inf if locks else time.time() - STALE_TMP_S  # no locks: go by age
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                if st.st_mtime > oldest:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+                    removed.append(folder / entry.name)
+                    log.warning("removed %s, left by %s", folder / entry.name, left_by)
     except OSError as exc:
         log.warning("leftover copies in %s not removed: %s", folder, exc)
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
     return removed
 
 
-def _folder_lock(folder: Path, how: int) -> int | None:
-    """An open descriptor of ``folder`` locked ``how``; -1 when another holds it (with
-    LOCK_NB), None when the folder or its file system gives no lock."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return -1 if how & fcntl.LOCK_NB else None  # no folder: nothing to remove
-    try:
-        fcntl.flock(fd, how)
-    except OSError as exc:
-        os.close(fd)
-        return -1 if isinstance(exc, BlockingIOError) else None
-    return fd
+def _lock(fd: int, how: int, *, wait_s: float = 0.0) -> bool:
+    """Take the lock (``flock``) of the folder open at ``fd``, ``how``, never blocking: tried
+    again for up to ``wait_s``. True once held, False where the file system has no such
+    locks (the caller goes on without); ``BlockingIOError`` while another still holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+        except OSError:
+            return False
+        else:
+            return True
