@@ -109,11 +109,37 @@ def read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
+def temp_name_base(path: Path, extra: int) -> str:
+    """``path``'s name, cut (at a character) so that a temporary file's name made of it and
+    ``extra`` more bytes (``.<name>.<mark><random>.tmp``) fits its folder: whatever name the
+    folder takes for ``path`` can be written through one. Raises as ``name_max`` does."""
+    name, most = path.name, name_max(path)
+    while len(os.fsencode(name)) + extra > most:
+        name = name[:-1]
+    return name
+
+
+def name_max(path: Path) -> int:
+    """The most bytes a name in ``path``'s folder may have (NAME_MAX); ``OSError`` that names
+    ``path``, not a temporary file beside it, where its own name has more."""
+    try:
+        most = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):  # a folder not there yet, or a system that does not say
+        most = 255
+    size = len(os.fsencode(path.name))
+    if size > most:
+        reason = f"its name is {size} bytes; the file system takes at most {most}"
+        raise OSError(errno.ENAMETOOLONG, f"{reason}: give a shorter name", str(path))
+    return most
+
+
 def write_private_atomic(path: Path, text: str, *, tag: str = "") -> None:
     """Write ``text`` through a temp file in the same folder, fsync, rename it over ``path``
     and fsync the folder: readers see the old file or the new one, never half. Mode 0600.
-    ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{tag}", suffix=".tmp")
+    ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``, ``<name>`` cut
+    where the whole would be too long a name)."""
+    name = temp_name_base(path, len(os.fsencode(f"..{tag}.tmp")) + 8)  # 8: mkstemp's random
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.{tag}", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
@@ -145,6 +171,10 @@ def write_user_file(path: Path, text: str) -> bool:
         mode = os.stat(path).st_mode  # through links: /dev/stdout is one to the real thing
     except FileNotFoundError:
         mode = stat.S_IFREG
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            name_max(path)  # its own name too long: said so, by its name
+        raise
     if stat.S_ISREG(mode):
         _write_export(path.resolve() if path.is_symlink() else path, text)
         return False

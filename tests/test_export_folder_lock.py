@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -23,20 +22,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_home import navi
+from tests.daemon_home import navi, offline_profile
 from tests.nobody import give_to_nobody, lock_held_by_nobody, needs_root
-from tests.tui_support import DEAD_HOST
 
 pytestmark = needs_root
 
 
 @pytest.fixture
 def environ(tmp_path: Path) -> dict[str, str]:
-    environ = {**os.environ, "NAVI_HOME": str(tmp_path / "home"), "OLLAMA_HOST": DEAD_HOST}
-    environ |= {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off"}
-    for value in ("likes tea", "the vault code is zorbquux"):
-        assert navi(environ, "memory", "add", value).returncode == 0
-    return environ
+    return offline_profile(tmp_path / "home", "likes tea", "the vault code is zorbquux")
 
 
 @pytest.fixture
