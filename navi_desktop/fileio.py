@@ -27,6 +27,8 @@ _EXPORT_LEFT = re.compile(rf"^\..+\.{EXPORT_TMP}[a-z0-9_]{{8}}\.tmp$")
 # Where folder locks are not to be had (NFS): a temporary file this old has no writer left (a
 # writer changes it page after page; a restore's whole stay is seconds to minutes).
 STALE_TMP_S = 3600
+# How long a writer waits for a folder's lock: a cleaner holds it alone only for a moment.
+LOCK_WAIT_S = 2.0
 # What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -107,11 +109,37 @@ def read_regular(path: Path, limit: int) -> bytes:
     return data
 
 
+def temp_name_base(path: Path, extra: int) -> str:
+    """``path``'s name, cut (at a character) so that a temporary file's name made of it and
+    ``extra`` more bytes (``.<name>.<mark><random>.tmp``) fits its folder: whatever name the
+    folder takes for ``path`` can be written through one. Raises as ``name_max`` does."""
+    name, most = path.name, name_max(path)
+    while len(os.fsencode(name)) + extra > most:
+        name = name[:-1]
+    return name
+
+
+def name_max(path: Path) -> int:
+    """The most bytes a name in ``path``'s folder may have (NAME_MAX); ``OSError`` that names
+    ``path``, not a temporary file beside it, where its own name has more."""
+    try:
+        most = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):  # a folder not there yet, or a system that does not say
+        most = 255
+    size = len(os.fsencode(path.name))
+    if size > most:
+        reason = f"its name is {size} bytes; the file system takes at most {most}"
+        raise OSError(errno.ENAMETOOLONG, f"{reason}: give a shorter name", str(path))
+    return most
+
+
 def write_private_atomic(path: Path, text: str, *, tag: str = "") -> None:
     """Write ``text`` through a temp file in the same folder, fsync, rename it over ``path``
     and fsync the folder: readers see the old file or the new one, never half. Mode 0600.
-    ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{tag}", suffix=".tmp")
+    ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``, ``<name>`` cut
+    where the whole would be too long a name)."""
+    name = temp_name_base(path, len(os.fsencode(f"..{tag}.tmp")) + 8)  # 8: mkstemp's random
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.{tag}", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
@@ -143,6 +171,10 @@ def write_user_file(path: Path, text: str) -> bool:
         mode = os.stat(path).st_mode  # through links: /dev/stdout is one to the real thing
     except FileNotFoundError:
         mode = stat.S_IFREG
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            name_max(path)  # its own name too long: said so, by its name
+        raise
     if stat.S_ISREG(mode):
         _write_export(path.resolve() if path.is_symlink() else path, text)
         return False
@@ -227,52 +259,78 @@ def writing_in(folder: Path) -> Iterator[None]:
     """Held, shared, while a file is written under a temporary name in ``folder``; a cleaner
     removes temporary files only while it holds the lock alone, so never one still being
     written by a backup, restore or export in this or another process. Where a file system
-    has no such locks, nothing is held (the cleaner then goes by age)."""
-    fd = _folder_lock(folder, fcntl.LOCK_SH)  # waits only for a cleaner's moment
+    has no such locks, nothing is held (the cleaner then goes by age).
+
+    A cleaner holds the lock alone only for a moment, so it is waited for up to
+    ``LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared folder
+    such as /tmp can), and the file is written without it rather than waited for without
+    end. That stays safe: no cleaner removes anything while another holds the lock, and a
+    cleaner removes only this user's own files, never through a link. (Should that other let
+    go mid-write just as a cleaner of this user's runs there, this write fails and says so;
+    nothing half-written stays.)"""
     try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:  # no folder there: the write says so in its own words
+        yield
+        return
+    try:
+        try:
+            _lock(fd, fcntl.LOCK_SH, wait_s=LOCK_WAIT_S)
+        except BlockingIOError:
+            log.warning("another process holds the lock of %s; writing without it", folder)
         yield
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
 
 
 def remove_matching(folder: Path, pattern: re.Pattern[str], left_by: str) -> list[Path]:
     """Remove the user's own regular files in ``folder`` named as ``pattern``'s temporary
-    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log."""
-    fd = _folder_lock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    if fd == -1:
-        return []  # a writer is at work right now: a later cleaner removes them
-    oldest = time.time() - STALE_TMP_S if fd is None else None  # no locks: go by age
+    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log.
+    Never waits: while any process holds the folder's lock (a writer, or another user in a
+    shared folder), nothing is removed, and a later cleaner does it. Looked up and removed
+    through the folder's descriptor, by name: a link is seen as a link and never followed."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return []  # no folder: nothing to remove
     removed: list[Path] = []
     try:
-        for entry in os.scandir(folder):
-            st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
-            if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                continue
-            if st.st_mtime > (oldest or math.inf):
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed.append(Path(entry.path))
-                log.warning("removed %s, left by %s", entry.path, left_by)
+        try:
+            locks = _lock(fd, fcntl.LOCK_EX)
+        except BlockingIOError:
+            return []  # a writer is at work right now: a later cleaner removes them
+        oldest = math.inf if locks else time.time() - STALE_TMP_S  # no locks: go by age
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
+                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                    continue
+                if st.st_mtime > oldest:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.name, dir_fd=fd)
+                    removed.append(folder / entry.name)
+                    log.warning("removed %s, left by %s", folder / entry.name, left_by)
     except OSError as exc:
         log.warning("leftover copies in %s not removed: %s", folder, exc)
     finally:
-        if fd is not None:
-            os.close(fd)
+        os.close(fd)
     return removed
 
 
-def _folder_lock(folder: Path, how: int) -> int | None:
-    """An open descriptor of ``folder`` locked ``how``; -1 when another holds it (with
-    LOCK_NB), None when the folder or its file system gives no lock."""
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return -1 if how & fcntl.LOCK_NB else None  # no folder: nothing to remove
-    try:
-        fcntl.flock(fd, how)
-    except OSError as exc:
-        os.close(fd)
-        return -1 if isinstance(exc, BlockingIOError) else None
-    return fd
+def _lock(fd: int, how: int, *, wait_s: float = 0.0) -> bool:
+    """Take the lock (``flock``) of the folder open at ``fd``, ``how``, never blocking: tried
+    again for up to ``wait_s``. True once held, False where the file system has no such
+    locks (the caller goes on without); ``BlockingIOError`` while another still holds it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.05)
+        except OSError:
+            return False
+        else:
+            return True

@@ -39,6 +39,16 @@ def navi(
     )
 
 
+def offline_profile(home: Path, *memories: str) -> dict[str, str]:
+    """The environment of a ``navi`` with its NAVI_HOME at ``home``, no daemon and no model
+    host (nothing listens at port 9), whose profile holds ``memories``, added here."""
+    environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": "http://127.0.0.1:9"}
+    environ |= {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off"}
+    for value in memories:
+        assert navi(environ, "memory", "add", value).returncode == 0
+    return environ
+
+
 def kill_left_daemon(lock: Path) -> None:
     """SIGKILL the daemon named in ``lock`` if it still runs (a stop that did not finish, a
     start that timed out under load): a test leaves none behind. The lock keeps the pid after

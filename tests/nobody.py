@@ -4,6 +4,7 @@ needs root. Tests that need it are skipped with the reason otherwise."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -11,7 +12,7 @@ import select
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,38 @@ class ForeignListener:
             os.close(self._pipe)
             self.pid = 0
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def lock_held_by_nobody(folder: Path, how: int) -> Iterator[None]:
+    """``folder``'s lock (``flock``, ``how``) held by a process of nobody's, which opens the
+    folder itself, until the block ends."""
+    ready_read, ready_write = os.pipe()
+    hold_read, hold_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: nobody from here on, and it never returns
+        code = 1
+        try:
+            os.close(ready_read)
+            os.close(hold_write)
+            os.setgroups([])
+            os.setgid(NOBODY_GID)
+            os.setuid(NOBODY_UID)
+            fcntl.flock(os.open(folder, os.O_RDONLY | os.O_DIRECTORY), how)
+            os.write(ready_write, b"held\n")
+            os.read(hold_read, 1)  # until the parent closes its end
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(ready_write)
+    os.close(hold_read)
+    try:
+        ready, _, _ = select.select([ready_read], [], [], 30)
+        assert ready and os.read(ready_read, 64) == b"held\n", "nobody did not take the lock"
+        yield
+    finally:
+        os.close(hold_write)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        os.close(ready_read)

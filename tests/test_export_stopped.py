@@ -13,7 +13,6 @@ Real `navi` processes on a real profile file; each is paused at the rename by an
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_home import navi
-from tests.tui_support import DEAD_HOST
+from tests.daemon_home import navi, offline_profile
 
 SECRET = "zorbquux"
 
@@ -47,11 +45,7 @@ runpy.run_module("navi_desktop", run_name="__main__")
 
 @pytest.fixture
 def environ(tmp_path: Path) -> dict[str, str]:
-    environ = {**os.environ, "NAVI_HOME": str(tmp_path / "home"), "OLLAMA_HOST": DEAD_HOST}
-    environ |= {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off"}
-    for value in ("likes tea", f"the vault code is {SECRET}"):
-        assert navi(environ, "memory", "add", value).returncode == 0
-    return environ
+    return offline_profile(tmp_path / "home", "likes tea", f"the vault code is {SECRET}")
 
 
 @pytest.fixture

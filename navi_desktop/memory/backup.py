@@ -32,7 +32,7 @@ from pathlib import Path
 import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileDamaged
-from navi_desktop.fileio import remove_matching, writing_in
+from navi_desktop.fileio import remove_matching, temp_name_base, writing_in
 from navi_desktop.memory.failures import (
     free_bytes,
     megabytes,
@@ -223,7 +223,8 @@ def copy_database(
     source passed a full check just now, which a second read of it all would repeat);
     returns its size. ``source`` is only read."""
     target = Path(target)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    base = temp_name_base(target, len("..01234567.tmp-journal"))  # SQLite's journal fits too
+    tmp = target.with_name(f".{base}.{secrets.token_hex(4)}.tmp")
     try:
         with writing_in(target.parent):
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
