@@ -9,7 +9,10 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from navi_desktop.memory.backup import make_backup
+from navi_desktop.memory.matching import MARKER
 from navi_desktop.memory.restore import restore_file
 from navi_desktop.memory.store import MemoryStore
 from tests.copies_support import holds
@@ -124,35 +127,73 @@ def test_the_restore_line_says_what_was_forgotten_again(cli, home, tmp_path):
     assert "Forgotten again: 1 memory and 1 message forgotten since the backup." in out
 
 
-def test_an_accented_variant_in_the_backup_is_forgotten_again(tmp_path):
-    """The restore's look for words forgotten since kept accents; forget and search fold
-    them, so "ZQXSECRÉT42" in the backup came back after "ZQXSECRET42" was forgotten."""
-    from navi_desktop.memory.store import MemoryStore
+def _restored_after_forgetting(path: Path, value: str) -> dict:
+    """A backup of ``path`` made now, then ``value`` learned and forgotten in the profile,
+    then the backup restored: what the restore did."""
+    ext = path.parent.parent / "ext.db"
+    make_backup(path, ext)
 
+    async def forget() -> None:
+        async with await MemoryStore.open(path) as store:
+            added = (await store.add_memory(value, key="secret")).memory
+            await store.forget(added.id)
+
+    asyncio.run(forget())
+    return restore_file(ext, path).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("value", "text", "expected", "word"),  # word: of the text, nowhere in the file after
+    [
+        # The look for words forgotten since kept accents; forget and search fold them, so
+        # "ZQXSECRÉT42" in the backup came back after "ZQXSECRET42" was forgotten.
+        ("ZQXSECRET42", "accented ZQXSECR\u00c9T42 here", f"accented {MARKER} here", "T42"),
+        # Found by their words, then looked for with single spaces between them: a value
+        # with punctuation inside came back as it was.
+        ("PELICAN-9439", "under the Pelican-9439 stone", f"under the {MARKER} stone", "Pelican"),
+        ("ana.silva@quuxmail.com", "to Ana.Silva@QuuxMail.com", f"to {MARKER}", "QuuxMail"),
+        ("password: Hunter2!", "my PASSWORD: hunter2! was it", f"my {MARKER}! was it", "hunter2"),
+        ("Zoë-Quillfeather", "ask ZOE-QUILLFEATHER", f"ask {MARKER}", "QUILLFEATHER"),
+    ],
+)
+def test_a_variant_in_the_backup_is_forgotten_again(tmp_path, value, text, expected, word):
     path = tmp_path / "profile" / "memory.db"
 
     async def said() -> str:
         async with await MemoryStore.open(path) as store:
             session = await store.create_session()
-            await store.save_message(session.id, "user", "accented ZQXSECR\u00c9T42 here")
+            await store.save_message(session.id, "user", text)
             return session.id
-
-    async def forget() -> None:
-        async with await MemoryStore.open(path) as store:
-            gate = (await store.add_memory("ZQXSECRET42", key="gate code")).memory
-            await store.forget(gate.id)
 
     async def messages(session_id: str) -> list[str]:
         async with await MemoryStore.open(path) as store:
             return [m.content for m in await store.messages(session_id)]
 
     session_id = asyncio.run(said())
-    ext = tmp_path / "ext.db"
-    make_backup(path, ext)
-    asyncio.run(forget())
-    done = restore_file(ext, path)
-    assert done.to_dict()["redacted_again"] == 1
-    assert asyncio.run(messages(session_id)) == ["accented [forgotten] here"]
+    assert _restored_after_forgetting(path, value)["redacted_again"] == 1
+    assert asyncio.run(messages(session_id)) == [expected]
+    assert not holds(path, word)
+
+
+def test_a_memory_in_the_backup_that_is_the_forgotten_words_goes_whole(tmp_path):
+    """A memory whose value is the forgotten words written otherwise ("PELICAN/9439") is
+    forgotten with them, as one with the forgotten value is: before, it came back as it was
+    (and, its words once matched, would have been kept saying only "[forgotten]")."""
+    path = tmp_path / "profile" / "memory.db"
+
+    async def learned() -> None:
+        async with await MemoryStore.open(path) as store:
+            await store.add_memory("PELICAN/9439", key="stone")
+            await store.add_memory("The boat is blue", key="boat")
+
+    async def kept() -> list[str]:
+        async with await MemoryStore.open(path) as store:
+            return [m.value for m in (await store.list_memories())[0]]
+
+    asyncio.run(learned())
+    _restored_after_forgetting(path, "Pelican-9439")
+    assert asyncio.run(kept()) == ["The boat is blue"]
+    assert not holds(path, "PELICAN") and not holds(path, "9439")
 
 
 def test_words_forgotten_since_that_only_the_profile_summary_holds_go_too(tmp_path):

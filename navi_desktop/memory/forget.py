@@ -32,7 +32,6 @@ from navi_desktop.memory.forget_kept import kept_after
 from navi_desktop.memory.matching import (
     Matcher,
     broad_reason,
-    needle_form,
     phrase_forms,
     phrase_of,
     phrases,
@@ -99,7 +98,8 @@ def _needles(chain: list[Any], scope: str) -> tuple[Matcher, set[str]]:
     if scope == "evidence":
         return Matcher.of(quotes), set()
     values = [r["value"] for r in chain]
-    return Matcher.of([*values, *quotes]), {needle_form(v) for v in values}
+    matcher = Matcher.of([*values, *quotes])
+    return matcher, {matcher.form(v) for v in values}
 
 
 def preview_of(
@@ -260,7 +260,7 @@ class ForgetCommon:
         away from the memory server). What is said after a forget is kept as said."""
         async with self.db.reading():
             found = await self._forgotten_phrases([text], since=said_at)
-        redacted, _ = Matcher.of(found).redact(text) if found else (text, 0)
+        redacted, _ = Matcher.of_phrases(found).redact(text) if found else (text, 0)
         return redacted if redacted is not None else text
 
     async def _redacted_since(
@@ -275,7 +275,7 @@ class ForgetCommon:
         found = await self._forgotten_phrases(texts, since=said_at)
         if not found:
             return content, raw
-        matcher = Matcher.of(found)
+        matcher = Matcher.of_phrases(found)
         return matcher.redact(content)[0] or content, matcher.redact_json(raw)[0]
 
     async def _forgotten_phrases(

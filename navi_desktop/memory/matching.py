@@ -12,6 +12,11 @@ the same order as whole words:
   "(bob)", not "Bobby" or "kebob"). Text without spaces between words (Chinese, Japanese) has
   no boundaries to check, so there a value matches inside longer runs.
 
+A phrase forgotten everywhere (found again by its hash, see ``phrases``) is words only: it
+matches the same words in the same order, whatever non-word characters stand between them
+("pelican 9439" matches "PELICAN-9439"), and the redaction takes the text as written from its
+first word to its last.
+
 A value needs explicit confirmation before it is matched everywhere when it is very short
 (fewer than 3 characters once normalised) or made only of very common words ("yes", "the
 one"): such values occur in unrelated text. Pure functions, no database.
@@ -96,6 +101,22 @@ def _pattern(norm: str) -> str:
     return head + body + tail
 
 
+_EDGE_OF_WORD = f"[^\\W{_CJK}]"  # a character inside a word that is not CJK (see ``tokens``)
+
+
+def _words_pattern(phrase: str) -> str:
+    """A phrase's words as ``tokens`` splits text: whole words, in order, any non-word
+    characters between two of them (none needed beside a CJK character, its own word)."""
+    words = phrase.split(" ")
+    cjk = [(bool(_CJK_EDGE.match(w[0])), bool(_CJK_EDGE.match(w[-1]))) for w in words]
+    body = re.escape(words[0])
+    for (_, after_cjk), (before_cjk, _), word in zip(cjk, cjk[1:], words[1:], strict=False):
+        body += (r"\W*" if after_cjk or before_cjk else r"\W+") + re.escape(word)
+    head = "" if cjk[0][0] else f"(?<!{_EDGE_OF_WORD})"
+    tail = "" if cjk[-1][1] else f"(?!{_EDGE_OF_WORD})"
+    return head + body + tail
+
+
 def _folded(text: str) -> tuple[str, list[int], list[int]]:
     """``text`` folded, with the start and end (in ``text``) of the character each folded
     character came from. A base character and the combining marks after it fold together."""
@@ -126,15 +147,35 @@ class Matcher:
     needles: tuple[str, ...]
     regex: re.Pattern[str] | None
     anchors: tuple[str, ...]  # one word of each needle: a cheap test before the full match
+    words: bool = False  # needles are phrases of words (``of_phrases``), not values
 
     @classmethod
     def of(cls, values: Iterable[str]) -> Matcher:
+        """Values as written (a memory's value, its evidence): see the module's rule."""
         norms = sorted({n for v in values if (n := needle_form(v))}, key=len, reverse=True)
         if not norms:
             return cls((), None, ())
         regex = re.compile("|".join(_pattern(n) for n in norms))
         anchors = tuple(max(n.split(" "), key=len) for n in norms)
         return cls(tuple(norms), regex, anchors)
+
+    @classmethod
+    def of_phrases(cls, found: Iterable[str]) -> Matcher:
+        """Phrases forgotten everywhere as ``phrases`` gives them (words, no punctuation): each
+        matches its words in text as written, punctuation and all ("pelican 9439" redacts
+        "PELICAN-9439"). A phrase must never go through ``of``: its words would be looked
+        for with single spaces between them, and a value with punctuation inside stayed."""
+        norms = sorted({n for p in found if (n := _bare(phrase_of(p)))}, key=len, reverse=True)
+        if not norms:
+            return cls((), None, (), words=True)
+        regex = re.compile("|".join(_words_pattern(n) for n in norms))
+        anchors = tuple(max(n.split(" "), key=len) for n in norms)
+        return cls(tuple(norms), regex, anchors, words=True)
+
+    def form(self, value: str) -> str:
+        """``value`` in the form the needles are in: a memory whose value is one of them in
+        this form is the same memory (forgotten whole, not redacted)."""
+        return _bare(phrase_of(value)) if self.words else needle_form(value)
 
     def __bool__(self) -> bool:
         return self.regex is not None

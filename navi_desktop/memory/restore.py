@@ -206,7 +206,7 @@ def _forgets(path: Path) -> Forgets:
 async def _apply(incoming: Path, forgets: Forgets) -> Again:
     """The forgets in the copy (opened, so brought to this schema), as a forget carries itself
     into a backup."""
-    from navi_desktop.memory.matching import Matcher, needle_form
+    from navi_desktop.memory.matching import Matcher
     from navi_desktop.memory.store import MemoryStore
 
     copy = await MemoryStore.open(incoming, create=False)
@@ -222,8 +222,9 @@ async def _apply(incoming: Path, forgets: Forgets) -> Again:
                     went, counts = await copy._forget_rows(rows, *copy._needles_for(rows, scope))
                     gone, again.redacted = gone + went, again.redacted + counts.messages
             if again.phrases:
-                same = {needle_form(p) for p in again.phrases}
-                went, counts = await copy._forget_rows([], Matcher.of(again.phrases), same)
+                matcher = Matcher.of_phrases(again.phrases)
+                same = {matcher.form(p) for p in again.phrases}
+                went, counts = await copy._forget_rows([], matcher, same)
                 gone, again.redacted = gone + went, again.redacted + counts.messages
             await copy.db.executemany(
                 "INSERT OR IGNORE INTO tombstones (fact_hash, value_hash, kind, created_at)"

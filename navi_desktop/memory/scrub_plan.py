@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from navi_desktop.memory.matching import Matcher, needle_form
+from navi_desktop.memory.matching import Matcher
 
 MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
 
@@ -119,7 +119,7 @@ class ScrubPlan:
         for row in rows:
             if row["id"] in skip:
                 continue
-            if same_values and needle_form(row["value"]) in same_values:
+            if same_values and self.matcher.form(row["value"]) in same_values:
                 self.also_forgotten.append(row)
                 self.counts.also_forgotten.append(row["id"])
                 continue

@@ -1,0 +1,156 @@
+"""What is said before a forget and saved after it (a reply that streamed meanwhile, a tool's
+result, the outbox of a machine that was away from the memory server)
+arrives without what was forgotten, however it is written: punctuation inside the value (a
+code, an e-mail address, "password: Hunter2!", a hyphenated name), another case, another
+accent. Forgotten phrases are found by their words; before, the redaction looked for those
+words with single spaces between them, so a value with punctuation inside was saved as it
+was: in the transcript, its search index and the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from navi_desktop.memory.matching import MARKER, Matcher
+from navi_desktop.memory.outbox import Outbox
+from navi_desktop.memory.pg import PgMemoryStore
+from navi_desktop.memory.pg.buffered import BufferedStore
+from navi_desktop.memory.store import MemoryStore
+from tests.pg_support import profile_name
+
+# (the value forgotten, a text said before the forget, that text as saved, a word of the
+# value that must be nowhere after: not in the text, its search index, or the file)
+CASES = [
+    pytest.param(
+        "PELICAN-9439",
+        "the key is under the Pelican-9439 stone",
+        f"the key is under the {MARKER} stone",
+        "pelican",
+        id="code",
+    ),
+    pytest.param(
+        "ana.silva@quuxmail.com",
+        "write to Ana.Silva@QuuxMail.com today",
+        f"write to {MARKER} today",
+        "quuxmail",
+        id="e-mail",
+    ),
+    pytest.param(
+        "password: Hunter2!",
+        "my PASSWORD: hunter2! was it",
+        f"my {MARKER}! was it",
+        "hunter2",
+        id="password",
+    ),
+    pytest.param(
+        "Zoë-Quillfeather",
+        "ask ZOE-QUILLFEATHER or zoe\u0308-quillfeather",
+        f"ask {MARKER} or {MARKER}",
+        "quillfeather",
+        id="accents",
+    ),
+]
+
+
+def holds(path: Path, word: str) -> bool:
+    """Whether the file or its write-ahead log holds ``word``, in any case."""
+    files = (path, path.with_name(path.name + "-wal"))
+    return any(word.encode() in f.read_bytes().lower() for f in files if f.exists())
+
+
+@pytest.mark.parametrize(
+    ("phrase", "text", "expected"),
+    [
+        pytest.param(
+            "pelican 9439",
+            "PELICAN — 9439, then pelican9439 and xpelican-9439",
+            f"{MARKER}, then pelican9439 and xpelican-9439",  # whole words only
+            id="punctuation",
+        ),
+        pytest.param(
+            "ana silva example com", "mail ANA.Silva@Example.com.", f"mail {MARKER}.", id="e-mail"
+        ),
+        pytest.param(
+            "zoe quillfeather",
+            "Zoë\u00ad-Quillfeather_2 and Zoé Quillfeather",
+            f"Zoë\u00ad-Quillfeather_2 and {MARKER}",  # "_" is inside a word, as in search
+            id="accents",
+        ),
+        pytest.param("東 京 tower", "私は東京TOWERに", f"私は{MARKER}に", id="cjk"),
+    ],
+)
+def test_a_phrase_matches_its_words_however_they_are_written(phrase, text, expected):
+    """Whole words in order, anything but a word between them, as the phrases were hashed."""
+    assert Matcher.of_phrases([phrase]).redact(text)[0] == expected
+
+
+async def said_before_a_forget(store, value: str):
+    """A session, when its first message was said, and ``value`` forgotten after that."""
+    session = await store.create_session()
+    before = (await store.save_message(session.id, "user", "hello")).created_at
+    added = (await store.add_memory(value, key="secret")).memory
+    await store.forget(added.id)
+    return session, before
+
+
+@pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
+async def test_a_reply_saved_after_a_forget_is_saved_without_it(
+    tmp_path: Path, value, text, expected, word
+) -> None:
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        session, before = await said_before_a_forget(store, value)
+        late = await store.save_message(
+            session.id, "tool", text, meta={"arguments": {"said": text}}, said_at=before
+        )
+        assert late.content == expected
+        assert late.meta == {"arguments": {"said": expected}}
+        [_, saved] = await store.messages(session.id)
+        assert (saved.content, saved.meta) == (expected, late.meta)
+        assert await store.search(word, kinds=["message"]) == []
+        indexed = f"SELECT count(*) FROM messages_fts WHERE messages_fts MATCH '\"{word}\"'"
+        assert await store.db.scalar(indexed) == 0
+    assert not holds(path, word)
+
+
+@pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
+async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
+    tmp_path: Path, pg_dsn: str, value, text, expected, word
+) -> None:
+    """A machine away from the memory server keeps a new session (its title) and a message;
+    another forgets the value everywhere; the replay, said before, arrives without it."""
+    name = profile_name()
+    away = True
+
+    async def server() -> PgMemoryStore:
+        if away:
+            from navi_desktop.errors import StorageUnavailable
+
+            raise StorageUnavailable("memory server (test) is not reachable")
+        return await PgMemoryStore.open(pg_dsn, name)
+
+    laptop = BufferedStore(server, Outbox(tmp_path / "outbox.db"))  # type: ignore[arg-type]
+    try:
+        async with await PgMemoryStore.open(pg_dsn, name) as desktop:
+            session = await laptop.create_session(title=f"about {text}")
+            await laptop.save_message(session.id, "user", text, meta={"arguments": {"said": text}})
+            assert await laptop.outbox.count() == 2
+            added = (await desktop.add_memory(value, key="secret")).memory
+            await desktop.forget(added.id)
+            away = False
+            assert await laptop.replay() == 2
+            got = await desktop.get_session(session.id)
+            [saved] = await desktop.messages(session.id)
+            assert got.title == f"about {expected}"
+            assert (saved.content, saved.meta) == (expected, {"arguments": {"said": expected}})
+            assert await desktop.search(word, kinds=["message"]) == []
+            async with desktop.db.reading():
+                rows = await desktop.db.fetchall(
+                    "SELECT content, meta::text AS meta FROM messages WHERE session_id = $1",
+                    (session.id,),
+                )
+            assert word not in json.dumps([dict(r) for r in rows]).lower()
+    finally:
+        await laptop.close()
