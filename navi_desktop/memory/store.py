@@ -336,14 +336,15 @@ class MemoryStore(
         index = await self._bit_index(dim)
         owner = MEMORY if column == "memory_id" else MESSAGE
         when = now_iso()
-        # The vectors they had (their old texts', or of another size) go, from the index too.
+        # The vectors they had (their old texts', or of another size) go, from the index too
+        # (which holds only this size's).
         replaced = await self.db.fetchall(
             f"DELETE FROM embeddings WHERE model = ? AND {column} IN"
-            f" ({','.join('?' * len(owner_ids))}) RETURNING id",
+            f" ({','.join('?' * len(owner_ids))}) RETURNING id, dim",
             (model, *owner_ids),
         )
         if index is not None:
-            index.remove({r[0] for r in replaced})
+            index.remove({r[0] for r in replaced if r[1] == index.dim})
         for owner_id, digest, vec, code in zip(owner_ids, hashes, stored, bits, strict=True):
             eid = await self.db.scalar(
                 f"INSERT INTO embeddings ({column}, model, dim, content_hash, vector, bits,"

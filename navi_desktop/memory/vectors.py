@@ -125,7 +125,8 @@ class BitIndex:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     owners: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int8))
     codes: np.ndarray | None = None  # (dim/64, n) uint64
-    _pending: list[tuple[int, int, bytes]] = field(default_factory=list)
+    # Codes added since the arrays were last built, by id; ids to drop from the arrays.
+    _pending: dict[int, tuple[int, bytes]] = field(default_factory=dict)
     _removed: set[int] = field(default_factory=set)
 
     def __len__(self) -> int:
@@ -149,7 +150,7 @@ class BitIndex:
 
     def add(self, embedding_id: int, owner: int, bits: bytes) -> None:
         # Appends are batched: rebuilding the arrays per insert would be quadratic.
-        self._pending.append((embedding_id, owner, bits))
+        self._pending[embedding_id] = (owner, bits)
 
     def extend(self, ids: Sequence[int], owners: Sequence[int], bits: Sequence[bytes]) -> None:
         """Add many codes at once (loading a whole index)."""
@@ -176,9 +177,14 @@ class BitIndex:
         return True
 
     def remove(self, embedding_ids: set[int]) -> None:
-        if embedding_ids:
-            self._flush()  # a pending code may be one of them; a later add may reuse an id
-            self._removed |= embedding_ids
+        """Drop these ids' codes, at a cost in proportion to their number, not the index's
+        (the embedding pass removes and adds a batch at a time): a code added since the
+        arrays were built goes now, the arrays' own when they are next built (_flush). An
+        id added again after (SQLite gives a new row the id of a deleted highest one) keeps
+        its new code: _flush drops before it appends."""
+        for embedding_id in embedding_ids:
+            self._pending.pop(embedding_id, None)
+        self._removed |= embedding_ids
 
     def _append(self, ids: np.ndarray, owners: np.ndarray, codes: np.ndarray) -> None:
         self.ids = np.concatenate([self.ids, ids])
@@ -190,7 +196,8 @@ class BitIndex:
         )
 
     def _flush(self) -> None:
-        """Removals, then the codes added since (remove() flushed those added before it)."""
+        """Removals, then the codes added since: a removal is of the arrays' codes only
+        (remove() dropped at once the codes added before it)."""
         if self._removed:
             keep = ~np.isin(self.ids, np.fromiter(self._removed, dtype=np.int64))
             self._removed.clear()
@@ -198,11 +205,11 @@ class BitIndex:
             if self.codes is not None:
                 self.codes = self.codes[:, keep]
         if self._pending:
-            pending, self._pending = self._pending, []
+            pending, self._pending = self._pending, {}
             self._append(
-                np.fromiter((p[0] for p in pending), dtype=np.int64, count=len(pending)),
-                np.fromiter((p[1] for p in pending), dtype=np.int8, count=len(pending)),
-                self._as_words([p[2] for p in pending]),
+                np.fromiter(pending, dtype=np.int64, count=len(pending)),
+                np.fromiter((p[0] for p in pending.values()), dtype=np.int8, count=len(pending)),
+                self._as_words([p[1] for p in pending.values()]),
             )
 
     def snapshot(self) -> Codes:
