@@ -244,13 +244,22 @@ class Database:
         now = time.monotonic()
         if self.backups is not None and now - self._backup_checked >= self.BACKUP_CHECK_S:
             self._backup_checked = now
-            if self._backup is None or self._backup.done():
-                self._backup = asyncio.create_task(self.backup_if_due())
+            self._start_backup()
+
+    def _start_backup(self) -> asyncio.Task[Any]:
+        """The one task that makes the daily backup: a forget's or a delete's pass over the
+        copies, and a close, wait for it (see ``_backup``), whoever asked for it."""
+        if self._backup is None or self._backup.done():
+            self._backup = asyncio.create_task(self._backup_if_due())
+        return self._backup
 
     async def backup_if_due(self) -> Any:
         """The rolling daily backup (backup.py), in a thread: when the daemon set a count,
         something was written through this connection, and none was made in the last day.
         Never raises: a backup that cannot be made is logged and tried again later."""
+        return await self._start_backup()
+
+    async def _backup_if_due(self) -> Any:
         keep = self.backups() if self.backups is not None else 0
         if keep <= 0 or self.commits == 0 or self.moved_away():
             return None

@@ -10,7 +10,6 @@ text: a retry finds the text in each copy's own rows of those ids.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
@@ -144,8 +143,11 @@ class CopyScrubOps:
                 copy = await Store.open(path, create=False)
                 copy.is_copy = True
                 try:
-                    with contextlib.suppress(InvalidInput):  # a copy made before the session
+                    try:
                         await copy.delete_session(session_id)
+                    except InvalidInput:  # made before the session, or after its delete,
+                        # when the file's indexes still held its words (merged only after)
+                        await copy._purge_free_space([])
                     await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
                 finally:
                     await copy.close()
