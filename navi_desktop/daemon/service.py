@@ -190,8 +190,16 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        task.add_done_callback(self._spawned_done)
         return task
+
+    def _spawned_done(self, task: asyncio.Task[Any]) -> None:
+        """Background work no caller waits for: a failure is one line in the log (it was a
+        traceback, "Task exception was never retrieved"), e.g. a session deleted while its
+        end was being retried."""
+        self._background.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("background work failed: %s", exc)
 
     async def _progress_changed(self) -> None:
         await self.broadcast("sessions", "session.progress", {"extracting": self.ends.status()})
