@@ -17,6 +17,7 @@ import pytest
 from navi_desktop.memory.pg import PgMemoryStore, StorageUnavailable, schema
 from navi_desktop.memory.pg.db import PgDatabase
 from navi_desktop.memory.pg.schema import migrate
+from navi_desktop.memory.pg.search_indexes import vector_index
 from tests.pg_support import as_role, in_database, profile_name
 
 ATTACKER = "mallory_laptop"
@@ -259,3 +260,31 @@ async def test_a_server_made_before_is_fixed_by_its_owner_and_others_are_told_wh
             assert by_superuser.indexed_words
         await _attack(admin, as_role(admin, ATTACKER), victim, "VIEW")
         await _victim_kept(admin, victim)
+
+
+async def test_an_index_planted_on_a_temporary_table_steers_no_update(pg_dsn):
+    # pg_indexes lists every session's temporary indexes: a login named one as the HNSW
+    # indexes are named, with a quote and a statement in the name.
+    planted = 'embeddings_hnsw_1";CREATE POLICY x ON memories USING (true);--'
+    async with _server_before(pg_dsn, 6) as (admin, owner):
+        conn = await asyncpg.connect(await _login(admin, ATTACKER))
+        try:
+            await conn.execute("CREATE TEMP TABLE embeddings (dim integer)")
+            quoted = planted.replace('"', '""')
+            await conn.execute(f'CREATE INDEX "{quoted}" ON embeddings (dim)')
+            await conn.execute('CREATE INDEX "embeddings_hnsw_768" ON embeddings (dim)')
+            db = await PgDatabase.connect(owner, max_size=1, query_s=None)
+            try:
+                assert "0007_vectors_in_the_row" in await migrate(db)
+                async with db.reading():
+                    assert await vector_index(db, 768)
+                    made = await db.scalar(
+                        "SELECT count(*) FROM pg_indexes WHERE schemaname = 'navi'"
+                        " AND indexname = 'embeddings_hnsw_768'"
+                    )
+                    assert made == 1
+                    assert not await db.scalar("SELECT 1 FROM pg_policies WHERE policyname = 'x'")
+            finally:
+                await db.close()
+        finally:
+            await conn.close()

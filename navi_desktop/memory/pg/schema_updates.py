@@ -75,12 +75,17 @@ async def m0007_vectors_in_the_row(db: PgDatabase) -> None:
     # vector reads back exactly). Rows a non-superuser's policies hide stay where they are.
     # The HNSW indexes are dropped first, and built again when a store opens (vector_index):
     # updating 130,000 rows through them took 7 minutes, a build takes ~1 per 100,000.
+    # Navi's own indexes only, their names quoted by the server: pg_indexes lists every
+    # session's temporary indexes too, and a name a login chose for one (a quote, then
+    # statements) was run as a statement of the tables' owner.
     await db.execute("ALTER TABLE embeddings ALTER COLUMN vector SET STORAGE PLAIN")
     for (name,) in await db.fetchall(
-        "SELECT indexname FROM pg_indexes"
-        " WHERE tablename = 'embeddings' AND indexname LIKE 'embeddings\\_hnsw\\_%'"
+        "SELECT pg_catalog.format('%I.%I', schemaname, indexname) FROM pg_catalog.pg_indexes"
+        " WHERE schemaname = $1 AND tablename = 'embeddings'"
+        " AND indexname LIKE 'embeddings\\_hnsw\\_%'",
+        (SCHEMA,),
     ):
-        await db.execute(f'DROP INDEX "{name}"')
+        await db.execute(f"DROP INDEX {name}")
     await db.execute("UPDATE embeddings SET vector = vector::text::vector")
 
 

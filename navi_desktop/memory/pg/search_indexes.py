@@ -44,8 +44,13 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
     by the owner, and search scans exactly meanwhile. Returns whether it exists."""
     import asyncpg
 
+    from navi_desktop.memory.pg.db import SCHEMA
+
     name = f"embeddings_hnsw_{dim}"
-    if await db.scalar("SELECT 1 FROM pg_indexes WHERE indexname = $1", (name,)):
+    # In Navi's schema: pg_indexes lists every session's temporary indexes too, and one of
+    # that name on any login's temporary table stopped this index from ever being made.
+    found = "SELECT 1 FROM pg_catalog.pg_indexes WHERE schemaname = $1 AND indexname = $2"
+    if await db.scalar(found, (SCHEMA, name)):
         return True
     try:
         async with db.transaction():
