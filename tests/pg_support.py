@@ -29,5 +29,10 @@ def as_role(dsn: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{role}@{host}"))
 
 
+def in_database(dsn: str, database: str) -> str:
+    """The same server and login, on another database."""
+    return urlunsplit(urlsplit(dsn)._replace(path=f"/{database}"))
+
+
 def profile_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"

@@ -23,6 +23,7 @@ from navi_desktop.memory.pg.schema_updates import (
     m0005_entity_links_by_entity,
     m0006_word_indexes_without_pending_list,
     m0007_vectors_in_the_row,
+    m0008_functions_immune_to_search_path,
 )
 
 MIGRATION_LOCK = 0x4E415649  # "NAVI": one migrator at a time per database
@@ -326,6 +327,7 @@ MIGRATIONS: list[tuple[str, Step]] = [
     ("0005_entity_links_by_entity", m0005_entity_links_by_entity),
     ("0006_word_indexes_without_pending_list", m0006_word_indexes_without_pending_list),
     ("0007_vectors_in_the_row", m0007_vectors_in_the_row),
+    ("0008_functions_immune_to_search_path", m0008_functions_immune_to_search_path),
 ]
 
 
@@ -359,17 +361,19 @@ async def has_trigram(db: PgDatabase) -> bool:
 
 
 async def migrate(db: PgDatabase) -> list[str]:
-    """Apply the steps not yet applied, each in its own transaction; returns their names."""
+    """Apply the steps not yet applied, in one transaction; returns their names."""
     import asyncpg
 
     await ensure_extension(db)
     applied: list[str] = []
+    pending: list[str] = []  # an update of tables that exist: only their owner may apply it
     try:
         async with db.transaction():
             await db.scalar("SELECT pg_advisory_xact_lock($1)", (MIGRATION_LOCK,))
             # Only what is missing is created: a daemon's role may use an existing schema
             # without the right to create one.
-            if not await db.scalar("SELECT to_regclass($1)", (f"{SCHEMA}.schema_migrations",)):
+            made = await db.scalar("SELECT to_regclass($1)", (f"{SCHEMA}.schema_migrations",))
+            if not made:
                 await db.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
                 await db.execute(
                     "CREATE TABLE schema_migrations"
@@ -383,6 +387,8 @@ async def migrate(db: PgDatabase) -> list[str]:
                     f"memory server {db.shown} has a newer Navi schema"
                     f" ({', '.join(sorted(done - known))}): upgrade Navi on this machine"
                 )
+            if made and "0001_tables" in done:
+                pending = [name for name, _ in MIGRATIONS if name not in done]
             for name, step in MIGRATIONS:
                 if name in done:
                     continue
@@ -393,9 +399,28 @@ async def migrate(db: PgDatabase) -> list[str]:
                 )
                 applied.append(name)
     except asyncpg.InsufficientPrivilegeError as exc:
+        if pending:
+            raise await _update_refused(db, pending) from exc
         raise StorageUnavailable(
             f"memory server {db.shown}: this role may not create Navi's tables ({exc}): let an"
             " administrator open it once with a role that may (CREATE on the database), or"
             f" GRANT CREATE ON DATABASE to this role"
         ) from exc
     return applied
+
+
+async def _update_refused(db: PgDatabase, pending: list[str]) -> StorageUnavailable:
+    """A login that does not own Navi's tables cannot apply an update to them (some close a
+    hole on the server), and works on none until it is applied: the line names who may."""
+    async with db.reading():
+        owner = await db.scalar(
+            "SELECT pg_catalog.pg_get_userbyid(relowner) FROM pg_catalog.pg_class"
+            " WHERE oid = pg_catalog.to_regclass($1)",
+            (f"{SCHEMA}.users",),
+        )
+    return StorageUnavailable(
+        f"memory server {db.shown} has a schema update this login may not apply"
+        f" ({', '.join(pending)}): only the owner of Navi's tables (role {owner}) or a"
+        " superuser may: run any `navi memory` command once logged in as that role; until"
+        " then Navi does not use the server from this login"
+    )

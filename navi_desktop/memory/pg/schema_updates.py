@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from navi_desktop.memory.pg.db import SCHEMA
+
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.db import PgDatabase
 
@@ -73,10 +75,58 @@ async def m0007_vectors_in_the_row(db: PgDatabase) -> None:
     # vector reads back exactly). Rows a non-superuser's policies hide stay where they are.
     # The HNSW indexes are dropped first, and built again when a store opens (vector_index):
     # updating 130,000 rows through them took 7 minutes, a build takes ~1 per 100,000.
+    # Navi's own indexes only, their names quoted by the server: pg_indexes lists every
+    # session's temporary indexes too, and a name a login chose for one (a quote, then
+    # statements) was run as a statement of the tables' owner.
     await db.execute("ALTER TABLE embeddings ALTER COLUMN vector SET STORAGE PLAIN")
     for (name,) in await db.fetchall(
-        "SELECT indexname FROM pg_indexes"
-        " WHERE tablename = 'embeddings' AND indexname LIKE 'embeddings\\_hnsw\\_%'"
+        "SELECT pg_catalog.format('%I.%I', schemaname, indexname) FROM pg_catalog.pg_indexes"
+        " WHERE schemaname = $1 AND tablename = 'embeddings'"
+        " AND indexname LIKE 'embeddings\\_hnsw\\_%'",
+        (SCHEMA,),
     ):
-        await db.execute(f'DROP INDEX "{name}"')
+        await db.execute(f"DROP INDEX {name}")
     await db.execute("UPDATE embeddings SET vector = vector::text::vector")
+
+
+# Functions no caller can steer. A function's body is resolved when it runs, through the
+# caller's search_path, where the session's temporary schema comes first for relations
+# unless the path names it: any login's `CREATE TEMP TABLE pg_roles AS ...` made mine() and
+# is_admin() say what it liked, and the policies then let it read and change every user's
+# memory. Each function now runs with pg_catalog, then pg_temp last (never searched before
+# it), and names every relation and function with its schema; the policies, the defaults
+# and the trigger hold these functions by oid, so they stay as they are. Word search's
+# functions, owned by a superuser, had the same hole, and a temporary view ran the
+# caller's own code as that superuser (search_indexes.remake_word_matches).
+_SEARCH_PATH_IMMUNE = """
+CREATE OR REPLACE FUNCTION {schema}.profile_id() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT nullif(pg_catalog.current_setting('navi.user_id', true), '')::pg_catalog.int8
+$$;
+CREATE OR REPLACE FUNCTION {schema}.mine(owner name) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE r.rolname = owner AND pg_catalog.pg_has_role(r.oid, 'MEMBER'))
+$$;
+CREATE OR REPLACE FUNCTION {schema}.is_admin() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE r.rolname = 'navi_admin' AND pg_catalog.pg_has_role(r.oid, 'MEMBER'))
+$$;
+CREATE OR REPLACE FUNCTION {schema}.notify_change() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE r record;
+BEGIN
+    IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+    PERFORM pg_catalog.pg_notify('navi_changed',
+                                 r.user_id::text || ' ' || TG_TABLE_NAME || ' ' || r.id::text);
+    RETURN NULL;
+END $$;
+"""
+
+
+async def m0008_functions_immune_to_search_path(db: PgDatabase) -> None:
+    from navi_desktop.memory.pg.search_indexes import remake_word_matches
+
+    await db.execute(_SEARCH_PATH_IMMUNE.format(schema=SCHEMA))
+    await remake_word_matches(db)

@@ -69,6 +69,20 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
         return dict(zip(work, lists, strict=True))
 
     async def _pg_words(self: PgMemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
+        if self.indexed_words:
+            import asyncpg
+
+            try:
+                async with self.db.transaction():  # a savepoint inside a caller's transaction
+                    return await self._pg_word_hits(query, f)
+            except asyncpg.UndefinedFunctionError:
+                # Dropped since this store opened, by an update its owner could not remake
+                # them in (schema step 0008): a superuser's next open makes them again.
+                log.info("word search scans: the functions that read its index are gone")
+                self.indexed_words = False
+        return await self._pg_word_hits(query, f)
+
+    async def _pg_word_hits(self: PgMemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
         # Each term as websearch text: that syntax never fails on user text.
         terms = [re.sub(r"[^\w ]", " ", t.strip('"')) for t in fts_terms(query)]
         if not terms:

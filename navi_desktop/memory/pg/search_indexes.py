@@ -44,8 +44,13 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
     by the owner, and search scans exactly meanwhile. Returns whether it exists."""
     import asyncpg
 
+    from navi_desktop.memory.pg.db import SCHEMA
+
     name = f"embeddings_hnsw_{dim}"
-    if await db.scalar("SELECT 1 FROM pg_indexes WHERE indexname = $1", (name,)):
+    # In Navi's schema: pg_indexes lists every session's temporary indexes too, and one of
+    # that name on any login's temporary table stopped this index from ever being made.
+    found = "SELECT 1 FROM pg_catalog.pg_indexes WHERE schemaname = $1 AND indexname = $2"
+    if await db.scalar(found, (SCHEMA, name)):
         return True
     try:
         async with db.transaction():
@@ -74,70 +79,85 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
 # and do the policies' check themselves: the profile must be one the session's login may
 # read (its own, or any for navi_admin). The login, not the current role: a session may
 # always go back to it (RESET ROLE), so that grants nothing the session has not got.
+# They run with their owner's rights, so nothing the caller can name may reach them: their
+# search_path is pg_catalog with pg_temp last (unnamed, the caller's temporary schema is
+# searched first, and a temporary view named pg_roles ran the caller's code as the owner),
+# and every relation and function is named with its schema. Only the two searches are
+# anyone's to call.
+SEARCH_PATH = "search_path=pg_catalog, pg_temp"  # as pg_proc.proconfig keeps it
+WORD_MATCHES_SIGNATURE = "word_matches(text, bigint, tsquery, integer)"
 _WORD_MATCHES = """
 CREATE OR REPLACE FUNCTION {schema}.readable(user_row bigint) RETURNS boolean
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
-    SELECT EXISTS (SELECT 1 FROM users u JOIN pg_roles r ON r.rolname = u.owner_role
-                   WHERE u.id = user_row AND pg_has_role(session_user, r.oid, 'MEMBER'))
-        OR EXISTS (SELECT 1 FROM pg_roles r
-                   WHERE r.rolname = 'navi_admin' AND pg_has_role(session_user, r.oid, 'MEMBER'))
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM {schema}.users u
+                   JOIN pg_catalog.pg_roles r ON r.rolname = u.owner_role
+                   WHERE u.id = user_row
+                     AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
+        OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+                   WHERE r.rolname = 'navi_admin'
+                     AND pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER'))
 $$;
 CREATE OR REPLACE FUNCTION {schema}.word_matches(
     tbl text, user_row bigint, q tsquery, newest integer
 ) RETURNS TABLE (id bigint, rank real)
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF tbl NOT IN ('memories', 'messages') THEN
         RAISE EXCEPTION 'no words to match in %', tbl;
     END IF;
-    IF NOT readable(user_row) THEN
+    IF NOT {schema}.readable(user_row) THEN
         RETURN;
     END IF;
     -- The newest matches first, ranked after the cut: ranking is the costly part.
-    RETURN QUERY EXECUTE format(
-        'SELECT m.id, ts_rank_cd(''{{0, 0, 0.5, 1}}'', m.tsv, $1) FROM'
-        ' (SELECT t.id, t.tsv FROM %I t WHERE t.user_id = $2 AND t.tsv @@ $1'
+    RETURN QUERY EXECUTE pg_catalog.format(
+        'SELECT m.id, pg_catalog.ts_rank_cd(''{{0, 0, 0.5, 1}}'', m.tsv, $1) FROM'
+        ' (SELECT t.id, t.tsv FROM {schema}.%I t WHERE t.user_id = $2 AND t.tsv @@ $1'
         '  ORDER BY t.id DESC LIMIT $3) m', tbl)
         USING q, user_row, newest;
 END $$;
 CREATE OR REPLACE FUNCTION {schema}.word_match_count(
     tbl text, user_row bigint, q tsquery, cap integer
 ) RETURNS bigint
-LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = {schema}, pg_catalog AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE n bigint;
 BEGIN
     IF tbl NOT IN ('memories', 'messages') THEN
         RAISE EXCEPTION 'no words to match in %', tbl;
     END IF;
-    IF NOT readable(user_row) THEN
+    IF NOT {schema}.readable(user_row) THEN
         RETURN 0;
     END IF;
-    EXECUTE format('SELECT count(*) FROM (SELECT 1 FROM %I t'
-                   ' WHERE t.user_id = $2 AND t.tsv @@ $1 LIMIT $3) c', tbl)
+    EXECUTE pg_catalog.format('SELECT pg_catalog.count(*) FROM (SELECT 1 FROM {schema}.%I t'
+                              ' WHERE t.user_id = $2 AND t.tsv @@ $1 LIMIT $3) c', tbl)
         INTO n USING q, user_row, cap;
     RETURN n;
 END $$;
-GRANT EXECUTE ON FUNCTION {schema}.readable(bigint),
-    {schema}.word_matches(text, bigint, tsquery, integer),
+REVOKE EXECUTE ON FUNCTION {schema}.readable(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION {schema}.word_matches(text, bigint, tsquery, integer),
     {schema}.word_match_count(text, bigint, tsquery, integer) TO PUBLIC;
+"""
+_DROP_WORD_MATCHES = """
+DROP FUNCTION IF EXISTS {schema}.word_matches(text, bigint, tsquery, integer),
+    {schema}.word_match_count(text, bigint, tsquery, integer), {schema}.readable(bigint);
 """
 
 
 async def word_matches(db: PgDatabase) -> bool:
     """Create the functions that let word search use the GIN indexes (see above), when this
     login bypasses row-level security (a superuser, or BYPASSRLS): owned by any other role,
-    they would see only that role's rows. True when they exist."""
+    they would see only that role's rows. True when they exist, made as above."""
     from navi_desktop.memory.pg.db import SCHEMA
 
     owner_bypasses = (
-        "SELECT r.rolsuper OR r.rolbypassrls FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner"
-        " WHERE p.oid = to_regprocedure($1)"
+        "SELECT r.rolsuper OR r.rolbypassrls FROM pg_catalog.pg_proc p"
+        " JOIN pg_catalog.pg_roles r ON r.oid = p.proowner"
+        " WHERE p.oid = pg_catalog.to_regprocedure($1) AND $2 = ANY (p.proconfig)"
     )
-    signature = f"{SCHEMA}.word_matches(text, bigint, tsquery, integer)"
-    if await db.scalar(owner_bypasses, (signature,)):
+    found = (f"{SCHEMA}.{WORD_MATCHES_SIGNATURE}", SEARCH_PATH)
+    if await db.scalar(owner_bypasses, found):
         return True
     if not await db.scalar(
-        "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
+        "SELECT rolsuper OR rolbypassrls FROM pg_catalog.pg_roles WHERE rolname = current_user"
     ):
         log.info("word search scans: functions that read its index need a superuser to create")
         return False
@@ -149,4 +169,21 @@ async def word_matches(db: PgDatabase) -> bool:
     # Another daemon creating them at this moment: "tuple concurrently updated" (XX000).
     except (asyncpg.UniqueViolationError, asyncpg.InternalServerError) as exc:
         log.info("word search functions not created now: %s", exc)
-    return bool(await db.scalar(owner_bypasses, (signature,)))
+    return bool(await db.scalar(owner_bypasses, found))
+
+
+async def remake_word_matches(db: PgDatabase) -> None:
+    """Schema step 0008: the functions as made before it (see above) are made again where
+    this login may replace them (their owner, or a superuser), else dropped, which the
+    schema's owner may; a superuser's next open makes them again, and word search scans
+    meanwhile."""
+    from navi_desktop.memory.pg.db import SCHEMA
+
+    may_replace = await db.scalar(
+        "SELECT pg_catalog.pg_has_role(proowner, 'USAGE') FROM pg_catalog.pg_proc"
+        " WHERE oid = pg_catalog.to_regprocedure($1)",
+        (f"{SCHEMA}.{WORD_MATCHES_SIGNATURE}",),
+    )
+    if may_replace is None:  # never made: nothing to fix
+        return
+    await db.execute((_WORD_MATCHES if may_replace else _DROP_WORD_MATCHES).format(schema=SCHEMA))
