@@ -263,12 +263,19 @@ class EmbeddingPassOps:
             self.embedding_problem = f"{model} gave no usable vector for {texts} ({GARBAGE})"
             log.warning("%s: they stay findable by their words", self.embedding_problem)
         if await self.missing_embeddings() == 0:  # archived memories' vectors go too
-            async with self.db.transaction():
-                await self.db.execute(
-                    "DELETE FROM embeddings WHERE model != ? OR dim != coalesce(?, dim)",
-                    (model, self._known_size()),
-                )
+            await self._drop_other_vectors(model)
         return done
+
+    async def _drop_other_vectors(self: Store, model: str) -> None:
+        """Vectors of other models, or of another size than the model's now. Written as
+        ranges so the (model, dim) index finds them: `model != ?` read the whole table, in
+        a write transaction, at the end of every pass (after every memory written)."""
+        other, args = "model < ? OR model > ?", [model, model]
+        if (size := self._known_size()) is not None:
+            other += " OR (model = ? AND dim < ?) OR (model = ? AND dim > ?)"
+            args += [model, size, model, size]
+        async with self.db.transaction():
+            await self.db.execute(f"DELETE FROM embeddings WHERE {other}", tuple(args))
 
     async def _embed_passages(self: Store, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """Vectors for ``texts`` and the indexes of those that are vectors. A batch with
