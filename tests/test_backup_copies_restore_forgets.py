@@ -223,3 +223,34 @@ def test_words_forgotten_since_that_only_the_profile_summary_holds_go_too(tmp_pa
     asyncio.run(forget())
     restore_file(ext, path)
     assert "ZQXSECRET42" not in (asyncio.run(summary()) or "")
+
+
+def test_a_named_pipe_at_the_log_does_not_hang_the_restore(tmp_path: Path) -> None:
+    """Looking for what the file forgot since the backup opened its log to check it, and a
+    named pipe planted there blocked the restore (the doctor's fix) for good."""
+    import os
+    import threading
+
+    path = tmp_path / "p" / "memory.db"
+
+    async def profile() -> None:
+        async with await MemoryStore.open(path) as store:
+            await store.add_memory("likes tea")
+
+    asyncio.run(profile())
+    backup = tmp_path / "backup.db"
+    make_backup(path, backup)
+    wal = path.with_name("memory.db-wal")
+    wal.unlink(missing_ok=True)
+    os.mkfifo(wal)
+    done: dict[str, object] = {}
+    worker = threading.Thread(target=lambda: done.update(r=restore_file(backup, path)))
+    worker.start()
+    worker.join(30)
+    if worker.is_alive():  # let it go before failing
+        os.close(os.open(wal, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(5)
+        pytest.fail("the restore hung on the named pipe")
+    restored = done["r"]
+    assert restored.memories == 1  # type: ignore[attr-defined]
+    assert "named pipe" in (restored.not_compared or "")  # type: ignore[attr-defined]

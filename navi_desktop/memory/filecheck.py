@@ -296,6 +296,7 @@ def read_only(
     """A connection that cannot write ``path`` nor create anything beside it: immutable when no
     WAL exists (nothing else has the file open in WAL mode), else read-only through the WAL,
     which must be the file's own (``check_log``). With ``expect``, see ``check_opened``."""
+    _check_companions(path)  # a named pipe there blocked the log's check for good
     uri = file_uri(path)
     has_log = wal_path(path).exists()
     mode = "mode=ro" if has_log else "mode=ro&immutable=1"
