@@ -254,3 +254,41 @@ def test_a_named_pipe_at_the_log_does_not_hang_the_restore(tmp_path: Path) -> No
     restored = done["r"]
     assert restored.memories == 1  # type: ignore[attr-defined]
     assert "named pipe" in (restored.not_compared or "")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "value", ["the vault code is ZQXSECRET42", "the vault code is ZQXSECRÉT42"]
+)
+def test_a_memory_forgotten_whole_spares_the_read_of_every_text(tmp_path, monkeypatch, value):
+    """Its own forget in the copy reaches its words, so no text need be read for them; with
+    an accent, the form without it (a forget buries both) kept every text being read."""
+    import navi_desktop.memory.restore as restore
+
+    read: list[str] = []
+    texts = restore._texts
+
+    async def counted(copy):
+        async for text in texts(copy):
+            read.append(text)
+            yield text
+
+    monkeypatch.setattr(restore, "_texts", counted)
+    path = tmp_path / "p" / "memory.db"
+
+    async def build() -> int:
+        async with await MemoryStore.open(path) as store:
+            session = await store.create_session("chat")
+            for i in range(20):
+                await store.save_message(session.id, "user", f"unrelated message {i}")
+            return (await store.add_memory(value)).memory.id
+
+    async def forget(memory_id: int) -> None:
+        async with await MemoryStore.open(path) as store:
+            await store.forget(memory_id)
+
+    memory_id = asyncio.run(build())
+    make_backup(path, tmp_path / "b.db")
+    asyncio.run(forget(memory_id))
+    done = restore_file(tmp_path / "b.db", path)
+    assert done.forgotten_again == 1 and not holds(path, value.split()[-1])
+    assert read == []

@@ -15,6 +15,7 @@ import tests.fake_ollama as fo
 from navi_desktop.memory import MemoryStore
 from navi_desktop.memory.doctor import examine
 from navi_desktop.memory.embedders import OllamaEmbedder
+from navi_desktop.memory.maintenance import SIZE_CHECK
 from tests.fake_ollama import FakeModel, FakeOllama
 from tests.pipeline_helpers import make_backend
 
@@ -87,7 +88,7 @@ async def test_on_a_memory_server_machines_of_two_sizes_leave_each_others_vector
     from tests.pg_support import profile_name
 
     profile = profile_name()
-    async with ollama() as (_, embedder_a), ollama() as (fake_b, embedder_b):
+    async with ollama() as (fake_a, embedder_a), ollama() as (fake_b, embedder_b):
         answer_at(fake_b, 12)
         a = await PgMemoryStore.open(pg_dsn, profile, embedder=embedder_a)
         b = await PgMemoryStore.open(pg_dsn, profile, embedder=embedder_b)
@@ -96,6 +97,14 @@ async def test_on_a_memory_server_machines_of_two_sizes_leave_each_others_vector
                 await a.add_memory(value)
             passes = [await s.backfill_embeddings() for s in (a, b, a, b)]
             assert passes == [3, 0, 0, 0]
+            # No pass asks a model its size: nothing on a server would read the answer.
+            asked = [
+                r.body["input"]
+                for f in (fake_a, fake_b)
+                for r in f.requests
+                if r.path == "/api/embed"
+            ]
+            assert not [texts for texts in asked if SIZE_CHECK in texts], asked
             assert await sizes(a) == {v: [8] for v in VALUES}
             assert await found_by_meaning(a, VALUES[1])  # the first machine's search works
             hits = await b.search("Porto")  # the other's by words

@@ -171,7 +171,7 @@ class EmbeddingPassOps:
         and the profile holds vectors of it to check. Without an answer the pass goes by the
         model's name alone, as it does when nothing is held."""
         assert self.embedder is not None
-        if self._known_size() is not None:
+        if self.shares_vectors or self._known_size() is not None:  # no use for it, or known
             return
         if (fixed := getattr(self.embedder, "dim", None)) is not None:  # the offline model
             self._heard_size(fixed)

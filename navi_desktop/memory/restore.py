@@ -37,7 +37,7 @@ from navi_desktop.memory.backup import (
 )
 from navi_desktop.memory.failures import free_bytes, megabytes
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, probe, read_only
-from navi_desktop.memory.matching import phrase_of, phrases
+from navi_desktop.memory.matching import phrase_forms, phrases
 from navi_desktop.memory.migrations import check_schema
 from navi_desktop.memory.scrub import PENDING_KEY
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS
@@ -276,12 +276,12 @@ async def _compare(copy: MemoryStore, forgets: Forgets) -> tuple[Again, list[Any
         if row["norm_key"]:
             fact_hash = keyed_hash(secret, f"{kind}\x1f{row['norm_key']}\x1f{value}")
         if fact_hash in facts or value_hash in values:
-            whole = hashed(phrase_of(value)) in every
+            whole = any(hashed(form) in every for form in phrase_forms(value))
             (again.everywhere if whole else again.evidence).append(row["id"])
             # Its own forget below matches these: no need to look for them in every text.
             for said in (value if whole else None, row["evidence"]):
-                if said:
-                    wanted.pop(hashed(phrase_of(said)), None)
+                for form in phrase_forms(said) if said else ():  # each form it was buried in
+                    wanted.pop(hashed(form), None)
     # Words forgotten everywhere may be in the copy without their memory (learned after it):
     # every text is read for them, a keyed hash per run of words (~2 s for 10,000 messages).
     if lengths := set(wanted.values()):
