@@ -166,3 +166,21 @@ def test_a_file_copied_into_place_over_the_profiles_old_log_is_refused(tmp_path:
     assert done.returncode != 0 and "likes" not in done.stdout and not done.stderr
     assert "PROBLEM  file" in done.stdout and said in done.stdout
     assert files(a) == before
+
+
+async def test_a_transaction_that_changes_nothing_logs_nothing(tmp_path: Path) -> None:
+    """Each commit stamps the file's id into the log by rewriting page 1: one that changed no
+    row (the embedding pass's closing look, after every memory the daemon writes) logged a
+    4 KB page for nothing. A commit that changes a row still carries the id."""
+    path = tmp_path / "memory.db"
+    async with await MemoryStore.open(path) as store:
+        await store.add_memory("likes tea")
+        await store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        wal = path.with_name("memory.db-wal")
+        for _ in range(10):
+            async with store.db.transaction():
+                await store.db.execute("DELETE FROM embeddings WHERE model = 'none'")
+        assert wal.stat().st_size == 0
+        await store.add_memory("likes rain")
+        logged = scan(wal)
+        assert logged is not None and logged.page_one

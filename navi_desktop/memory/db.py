@@ -318,10 +318,12 @@ class Database:
             except DbError as exc:
                 raise self._failure(exc) from exc
             self._in_tx = True
+            changes = self.conn.total_changes
             try:
                 yield self
-                await self.conn.execute(STAMP)  # the file's id into the log (filecheck)
-                await self.conn.execute("COMMIT")
+                if self.conn.total_changes != changes:  # a commit that logs pages: its id too
+                    await self.conn.execute(STAMP)  # (filecheck); one that changed no row
+                await self.conn.execute("COMMIT")  # logs none, and needs no 4 KB page 1
             except BaseException as exc:
                 await self._rollback()
                 if isinstance(exc, DbError) and (failure := self._failure(exc)) is not exc:
