@@ -154,3 +154,55 @@ async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
             assert word not in json.dumps([dict(r) for r in rows]).lower()
     finally:
         await laptop.close()
+
+
+@pytest.mark.parametrize("before", ["saved.\n", "É: ", "\t"])
+async def test_a_value_only_the_meta_holds_is_found_in_the_text_it_stands_for(
+    tmp_path: Path, before: str
+) -> None:
+    """The meta was looked at as JSON text, where escapes ("\\n", "\\u00c9", "\\t") glue a
+    word to the one before: a tool's result "saved.\\n<value>" was saved as said."""
+    async with await MemoryStore.open(tmp_path / "memory.db") as store:
+        session, said = await said_before_a_forget(store, "PELICAN-9439")
+        late = await store.save_message(
+            session.id,
+            "tool",
+            "(the tool's result)",
+            meta={"result": before + "PELICAN-9439"},
+            said_at=said,
+        )
+        assert late.meta == {"result": before + MARKER}
+
+
+def test_a_restore_finds_forgotten_words_inside_a_messages_meta(tmp_path: Path) -> None:
+    """A restore looked for the words forgotten since the backup in the meta's JSON text, so
+    a value after a "\\n" or with an escaped accent came back with the backup."""
+    import asyncio
+
+    from navi_desktop.memory.backup import make_backup
+    from navi_desktop.memory.restore import restore_file
+
+    values = ["the code is ZQXSECRÉT42", "the code is PELICAN-9439"]
+    metas = [
+        {"tool_call": {"name": "memory_save", "arguments": {"text": values[0]}}},
+        {"tool_result": "saved.\n" + values[1]},
+    ]
+    path = tmp_path / "p" / "memory.db"
+
+    async def build() -> None:
+        async with await MemoryStore.open(path) as store:
+            session = await store.create_session("chat")
+            for meta in metas:
+                await store.save_message(session.id, "assistant", "(a tool)", meta=meta)
+
+    async def forget() -> None:
+        async with await MemoryStore.open(path) as store:
+            for value in values:
+                await store.forget((await store.add_memory(value)).memory.id)
+
+    asyncio.run(build())
+    make_backup(path, tmp_path / "b.db")
+    asyncio.run(forget())
+    done = restore_file(tmp_path / "b.db", path)
+    assert done.redacted_again >= 2
+    assert not holds(path, "zqxsecr") and not holds(path, "pelican")

@@ -17,7 +17,7 @@ other text).
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import logging
 import re
 from collections.abc import Callable, Iterable
@@ -35,6 +35,7 @@ from navi_desktop.memory.matching import (
     phrase_forms,
     phrase_of,
     phrases,
+    strings_in,
 )
 from navi_desktop.memory.scrub import UNFINISHED, ScrubCounts, ScrubOps, ScrubPlan
 from navi_desktop.memory.textproc import keyed_hash, normalize_key
@@ -270,8 +271,8 @@ class ForgetCommon:
         content and its meta as stored (``raw``), with what was forgotten everywhere meanwhile
         redacted: the forget's scrub ran before it was saved. Run in the save's transaction,
         so that no forget comes between. One small look when nothing was forgotten since."""
-        # A generator: the meta's text is made only when something was forgotten since.
-        texts = (t for t in (content, json.dumps(meta, ensure_ascii=False) if meta else None))
+        # A generator: the meta's strings are walked only when something was forgotten since.
+        texts = itertools.chain([content], strings_in(meta) if meta else ())
         found = await self._forgotten_phrases(texts, since=said_at)
         if not found:
             return content, raw

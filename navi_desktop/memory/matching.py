@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -261,6 +261,32 @@ def phrases(text: str, lengths: Iterable[int]) -> set[str]:
         for i in range(len(words) - n + 1):
             out.add(" ".join(words[i : i + n]))
     return out | {_bare(p) for p in out}
+
+
+def strings_in(value: Any) -> Iterator[str]:
+    """Every string in a decoded JSON value, keys too. Forgotten words are looked for in the
+    text each stands for: in the JSON as stored, escapes ("\\n", "\\u00c9") split them."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from strings_in(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from strings_in(key)
+            yield from strings_in(item)
+
+
+def json_texts(raw: str) -> Iterator[str]:
+    """The strings of a stored JSON document (``strings_in``), or ``raw`` when it is none."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if isinstance(value, dict | list):
+        yield from strings_in(value)
+    else:
+        yield raw
 
 
 def phrase_of(value: str) -> str:

@@ -37,7 +37,7 @@ from navi_desktop.memory.backup import (
 )
 from navi_desktop.memory.failures import free_bytes, megabytes
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, probe, read_only
-from navi_desktop.memory.matching import phrase_forms, phrases
+from navi_desktop.memory.matching import json_texts, phrase_forms, phrases
 from navi_desktop.memory.migrations import check_schema
 from navi_desktop.memory.scrub import PENDING_KEY
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS
@@ -293,25 +293,38 @@ async def _compare(copy: MemoryStore, forgets: Forgets) -> tuple[Again, list[Any
 
 
 # Besides messages: every table and column the forget's scrub redacts (scrub.py _plan_scrub),
-# so that a phrase only the profile summary or an entity's name still holds is found too.
+# so that a phrase only the profile summary or an entity's name still holds is found too;
+# with whether its values are JSON (looked at as the strings in them: see json_texts).
 _OTHER_TEXTS = (
-    f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories",
-    "SELECT title, pending_reason FROM sessions",
-    "SELECT old, new FROM memory_history",
-    f"SELECT value FROM meta WHERE key NOT IN ('tombstone_key', '{PENDING_KEY}')",
-    "SELECT name FROM entities",
-    "SELECT name FROM entity_aliases",
-    "SELECT note FROM reply_feedback",
+    (f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories", False),
+    ("SELECT title, pending_reason FROM sessions", False),
+    ("SELECT old, new FROM memory_history", True),
+    (f"SELECT value FROM meta WHERE key NOT IN ('tombstone_key', '{PENDING_KEY}')", False),
+    ("SELECT name FROM entities", False),
+    ("SELECT name FROM entity_aliases", False),
+    ("SELECT note FROM reply_feedback", False),
 )
 
 
 async def _texts(copy: MemoryStore) -> AsyncIterator[str]:
     """Every text a forgotten phrase may be in: what the forget's scrub redacts."""
-    for query in _OTHER_TEXTS:
+    for query, stored_json in _OTHER_TEXTS:
         for row in await copy.db.fetchall(query):
             for text in row:
                 if text:
-                    yield text
+                    for said in json_texts(text) if stored_json else (text,):
+                        yield said
+    last = 0
+    while rows := await copy.db.fetchall(
+        "SELECT id, content, meta FROM messages WHERE id > ? ORDER BY id LIMIT ?", (last, PAGE)
+    ):
+        last = rows[-1]["id"]
+        for row in rows:
+            if row["content"]:
+                yield row["content"]
+            if row["meta"]:
+                for said in json_texts(row["meta"]):
+                    yield said
     last = 0
     while rows := await copy.db.fetchall(
         "SELECT id, content, meta FROM messages WHERE id > ? ORDER BY id LIMIT ?", (last, PAGE)
