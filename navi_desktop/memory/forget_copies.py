@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import stat
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,21 +137,14 @@ class CopyScrubOps:
             await self._delete_in_copies(session_id)
 
     async def _delete_in_copies(self: MemoryStore, session_id: str) -> None:
-        from navi_desktop.memory.store import MemoryStore as Store
-
         for path in await self._copies():
             try:
-                copy = await Store.open(path, create=False)
-                copy.is_copy = True
-                try:
+                async with open_copy(path) as copy:
                     try:
                         await copy.delete_session(session_id)
                     except InvalidInput:  # made before the session, or after its delete,
                         # when the file's indexes still held its words (merged only after)
                         await copy._purge_free_space([])
-                    await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
-                finally:
-                    await copy.close()
             except (NaviError, DbError, OSError) as exc:
                 log.warning("backup %s keeps a deleted session: %s", path, exc)
         await self._clear_copy_note("session", session_id)
@@ -158,16 +152,10 @@ class CopyScrubOps:
     async def _scrub_copy(
         self: MemoryStore, path: Path, ids: list[int], needles: Needles | None, scope: str
     ) -> None:
-        from navi_desktop.memory.store import MemoryStore as Store
-
-        copy = await Store.open(path, create=False)
-        try:
+        async with open_copy(path) as copy:
             owed = await copy._forget_in_copy(ids, needles or self._needles_for, scope)
             if owed and (why := await copy._purge_free_space(ids)):  # no retry of a backup
                 raise NaviError(f"its old pages still hold it: {why}")
-            await copy.db.execute("PRAGMA journal_mode = DELETE")  # as it was made
-        finally:
-            await copy.close()
 
     async def _forget_in_copy(
         self: MemoryStore, ids: list[int], needles: Needles | NeedlesFor, scope: str
@@ -183,6 +171,21 @@ class CopyScrubOps:
                 needles = needles(rows, scope)
             await self._forget_rows(rows, *needles)
         return True
+
+
+@asynccontextmanager
+async def open_copy(path: Path) -> AsyncIterator[MemoryStore]:
+    """A backup or a kept-aside copy, opened (so brought to this schema) to carry a forget or
+    a delete into it, and left as a backup is made (no log beside it) once that is done."""
+    from navi_desktop.memory.store import MemoryStore
+
+    copy = await MemoryStore.open(path, create=False)
+    copy.is_copy = True
+    try:
+        yield copy
+        await copy.db.execute("PRAGMA journal_mode = DELETE")
+    finally:
+        await copy.close()
 
 
 def _regular(path: Path) -> bool:

@@ -206,12 +206,10 @@ def _forgets(path: Path) -> Forgets:
 async def _apply(incoming: Path, forgets: Forgets) -> Again:
     """The forgets in the copy (opened, so brought to this schema), as a forget carries itself
     into a backup."""
+    from navi_desktop.memory.forget_copies import open_copy
     from navi_desktop.memory.matching import Matcher
-    from navi_desktop.memory.store import MemoryStore
 
-    copy = await MemoryStore.open(incoming, create=False)
-    copy.is_copy = True
-    try:
+    async with open_copy(incoming) as copy:
         async with copy.db.transaction():
             again, tombs, new = await _compare(copy, forgets)
             gone: list[int] = []
@@ -241,9 +239,6 @@ async def _apply(incoming: Path, forgets: Forgets) -> Again:
             why := await copy._purge_free_space(gone)
         ):
             raise NaviError(f"the copy's old pages still hold what was forgotten: {why}")
-        await copy.db.execute("PRAGMA journal_mode = DELETE")  # as a backup is made
-    finally:
-        await copy.close()
     return again
 
 
