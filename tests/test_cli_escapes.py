@@ -9,6 +9,7 @@ import io
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -86,58 +87,58 @@ def test_a_long_session_end_says_it_is_still_learning(monkeypatch, capsys) -> No
         assert said.count("still learning from the session") == 1, said
 
 
-def test_ctrl_c_during_a_reply_says_what_is_kept_and_where() -> None:
-    """It printed "^C" alone: no session, no word of the reply the daemon keeps."""
+REPLY = "one two three four five six seven eight"
+
+
+def _interrupted(h: Any, *args: str) -> str:
+    """`navi chat` stopped with Ctrl+C while its reply streams: the one line it printed."""
     import signal
-    import time
 
     from tests.fake_ollama import Reply
+    from tests.test_cli_chat_cancelled import read_until
+
+    h.fake.script(Reply(REPLY, delay=1.0))  # 8 s in all: the Ctrl+C comes long before its end
+    chat = h.popen("chat", *args, "count slowly")
+    read_until(chat, b"one")  # it streams
+    chat.send_signal(signal.SIGINT)
+    _, err = chat.communicate(timeout=30)
+    assert chat.returncode == 130, err
+    [line] = err.strip().splitlines()
+    return line
+
+
+def test_ctrl_c_during_a_reply_says_what_is_kept_and_where() -> None:
+    """It printed "^C" alone: no session, no word of the reply the daemon keeps; and the
+    daemon stops the reply there, keeping what came (not the whole reply)."""
+    import time
 
     with navi_home() as h:
         h.start()
-        h.fake.script(Reply("one two three four five six seven eight", delay=0.5))
-        chat = h.popen("chat", "count slowly")
-        assert chat.stdout is not None
-        assert chat.stdout.read(3) == "one"  # it streams
-        time.sleep(0.3)
-        chat.send_signal(signal.SIGINT)
-        _, err = chat.communicate(timeout=30)
-        assert chat.returncode == 130, err
-        [line] = err.strip().splitlines()
+        line = _interrupted(h)
         assert line.startswith("navi: stopped (Ctrl+C): what came of the reply is kept in session")
         session = line.rsplit(" ", 1)[-1]
-        for _ in range(50):  # the daemon saves it as it stops the reply
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the daemon saves it as it stops the reply
             shown = json.loads(h.navi("sessions", "show", session, "--json").stdout)
             if shown["messages"][-1]["role"] == "assistant":
                 break
             time.sleep(0.1)
-        assert shown["messages"][-1]["content"].startswith("one"), shown["messages"]
+        last = shown["messages"][-1]
+        assert last["content"].startswith("one") and last["content"].strip() != REPLY, last
+        assert last["meta"]["cancelled"] is True, last
 
 
 @pytest.mark.parametrize("continued", [False, True])
 def test_ctrl_c_during_an_incognito_reply_claims_nothing_was_kept(continued: bool) -> None:
     """It said "what came of the reply is kept in session …" of a chat that keeps nothing,
     with --incognito or in an incognito session continued by its id alone."""
-    import signal
-    import time
-
-    from tests.fake_ollama import Reply
-
     with navi_home() as h:
         h.start()
         args = ["--incognito"]
         if continued:
             first = h.navi("chat", "--incognito", "--json", "hello")
             args = ["--session", json.loads(first.stdout)["session_id"]]
-        h.fake.script(Reply("one two three four five six seven eight", delay=0.5))
-        chat = h.popen("chat", *args, "count slowly")
-        assert chat.stdout is not None
-        assert chat.stdout.read(3) == "one"
-        time.sleep(0.3)
-        chat.send_signal(signal.SIGINT)
-        _, err = chat.communicate(timeout=30)
-        assert chat.returncode == 130, err
-        [line] = err.strip().splitlines()
+        line = _interrupted(h, *args)
         assert line.startswith("navi: stopped (Ctrl+C): nothing of this chat is saved"), line
         assert "kept" not in line and "incognito session incognito-" in line, line
         assert json.loads(h.navi("sessions", "list", "--json").stdout) == []

@@ -228,8 +228,9 @@ def test_a_folder_of_navis_that_others_can_write_in_is_refused(
     shared_home: Path, folder: str
 ) -> None:
     environ = _environ(shared_home)
-    assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "start").returncode == 0
-    assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "stop").returncode == 0
+    with _stopped_after(environ):  # never left running, whatever fails
+        assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "start").returncode == 0
+        assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "stop").returncode == 0
     profiles = shared_home / "data" / "profiles"
     where = next(profiles.iterdir()) if folder == "profile" else shared_home / folder
     assert where.is_dir()

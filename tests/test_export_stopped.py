@@ -13,6 +13,7 @@ Real `navi` processes on a real profile file; each is paused at the rename by an
 from __future__ import annotations
 
 import json
+import select
 import signal
 import subprocess
 import sys
@@ -74,6 +75,10 @@ def paused_export(environ: dict[str, str], target: Path) -> subprocess.Popen[str
         text=True,
     )
     assert export.stderr is not None
+    ready, _, _ = select.select([export.stderr], [], [], 30)  # an export that blocks fails
+    if not ready:
+        export.kill()
+        pytest.fail("the export did not reach its rename in 30 s")
     line = export.stderr.readline()
     assert line == "writing\n", line + export.stderr.read()
     return export

@@ -53,14 +53,18 @@ async def test_a_reply_streaming_while_the_user_forgets_is_saved_without_it(
 ) -> None:
     gate = await add(daemon, SECRET, key="gate code", category="profile")
     words = f"Got it: your gate code is {SECRET} and I will keep it in mind for you."
-    fake.script(Reply(words, delay=0.1))  # about 1.5 s of streaming
+    fake.script(Reply(words, delay=0.2))  # about 3 s of streaming
     turn = asyncio.create_task(
         daemon.call("chat.send", {"text": f"My gate code is {SECRET}, keep it."})
     )
-    while not fake.bodies():  # the reply has begun
-        await asyncio.sleep(0.02)
+    async with asyncio.timeout(30):
+        while not fake.bodies():  # the reply has begun
+            await asyncio.sleep(0.02)
     await asyncio.sleep(0.3)
     await daemon.call("memory.forget", {"args": [gate["id"]]})
+    # Still streaming: the reply is saved after the forget (else the forget's own scrub,
+    # not the save, would have redacted it, and this would prove nothing).
+    assert not turn.done()
     sent = await turn
     assert SECRET in sent["reply"]  # what the user saw as it streamed
     said = await transcript(daemon, sent["session_id"])

@@ -81,26 +81,30 @@ async def test_a_busy_offline_embedder_is_not_taken_for_a_dead_host(monkeypatch)
     """A query that timed out behind the offline embedder's own work paused every search's
     meaning for 30 s to 10 min, as for a host that does not answer."""
     import asyncio
-    import time
+    import threading
 
     import numpy as np
 
     from navi_desktop.memory import embedders
 
     monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 0.2)
-    slow = [True]
+    free = threading.Event()
+    busy = [True]
 
     class Engine:
         def query(self, texts: list[str]) -> np.ndarray:
-            if slow.pop() if slow else False:
-                time.sleep(0.5)  # busy, not dead
+            if busy.pop() if busy else False:
+                free.wait(10)  # busy, not dead
             return np.ones((len(texts), 4), np.float32)
 
     embedder = LocalEmbedder()
     embedder._engine = Engine()
     gate = embedders.QueryGate(embedder)
     assert await gate.vector("green tea") is None  # words only this once
-    await asyncio.sleep(0.5)  # the engine is free again
+    free.set()
+    while embedder._busy:  # the engine is free again
+        await asyncio.sleep(0.01)
+    monkeypatch.setattr(embedders, "QUERY_DEADLINE_S", 30)  # no clock in what follows
     assert await gate.vector("green tea") is not None  # asked again at once
 
 

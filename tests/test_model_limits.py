@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import tracemalloc
 import zlib
 from collections.abc import AsyncIterator, Iterator
@@ -61,10 +60,8 @@ async def fake() -> AsyncIterator[FakeOllama]:
 async def test_a_chat_line_without_end_is_refused_at_its_limit(fake: FakeOllama) -> None:
     fake.script(ENDLESS)
     async with OllamaBackend(fake.url, timeout=3) as backend:
-        started = time.monotonic()
         with peak_memory() as peak, pytest.raises(OllamaError) as err:
             await drain(backend.chat_stream("llama3.2", USER))
-        assert time.monotonic() - started < 2
     assert str(err.value) == (
         f"the model server at {fake.url} sent a reply line over 4 MB during the chat with"
         f" 'llama3.2' (waiting for the first token) — {HINT}"

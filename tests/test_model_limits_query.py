@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from pathlib import Path
 
 import pytest
@@ -36,14 +35,12 @@ async def test_a_hanging_embedder_costs_one_short_wait_then_search_goes_on(
             fake.path_replies["/api/embed"] = Reply(hang=True)
             asked = len(fake.bodies("/api/embed"))
             caplog.set_level(logging.INFO, "navi_desktop.memory.embedders")
-            started = time.monotonic()
             for _ in range(3):  # three turns' searches: one short wait in all
                 hits = await store.search("green tea")
                 assert [h.memory.value for h in hits if h.memory] == [
                     "I drink green tea every morning"
                 ]
                 assert "vector" not in hits[0].signals
-            assert time.monotonic() - started < 1.5
             assert len(fake.bodies("/api/embed")) == asked + 1
             said = [r.getMessage() for r in caplog.records if "query embedding" in r.getMessage()]
             assert len(said) == 1 and "searching by words only" in said[0], said

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from navi_desktop.daemon.client import RemoteNotFound
+from navi_desktop.daemon.client import RemoteNotFound, RpcCallError
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.messages import MessageView
 from navi_desktop.tui.chat.prompt import Prompt
@@ -477,7 +477,7 @@ async def test_a_message_left_without_a_reply_can_be_answered_again(fake, daemon
     not be answered again: Ctrl+R wants a reply to replace."""
     session = (await daemon.call("sessions.create", {}))["id"]
     fake.script(Reply(status=500, error="model crashed"))
-    with pytest.raises(Exception, match="model crashed"):
+    with pytest.raises(RpcCallError, match="model crashed"):
         await daemon.call("chat.send", {"text": "are you there?", "session_id": session})
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
