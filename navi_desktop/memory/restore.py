@@ -320,12 +320,3 @@ async def _texts(copy: MemoryStore) -> AsyncIterator[str]:
             if row["meta"]:
                 for said in json_texts(row["meta"]):
                     yield said
-    last = 0
-    while rows := await copy.db.fetchall(
-        "SELECT id, content, meta FROM messages WHERE id > ? ORDER BY id LIMIT ?", (last, PAGE)
-    ):
-        last = rows[-1]["id"]
-        for row in rows:
-            for text in (row["content"], row["meta"]):
-                if text:
-                    yield text
