@@ -116,7 +116,7 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
 def _not_written(err: OSError, path: Path) -> NaviError:
     """One line for a save the OS refused (the temp file is gone, the file unchanged): the
     daemon answered a full disk with "internal error in settings.set: OSError"."""
-    from navi_desktop.memory.failures import free_bytes, megabytes
+    from navi_desktop.disk import free_bytes, megabytes
 
     folder = path.parent
     kept = "the settings were not changed"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import re
+import shlex
 import stat
 import warnings
 from dataclasses import dataclass
@@ -260,3 +261,22 @@ def _not_own_dir(path: Path, what: str) -> str:
         f"refusing the {what} {path}: it {problem}; Navi keeps its socket, lock and log only"
         " in a real folder of your own: remove it (Navi makes a new one) or set NAVI_HOME"
     )
+
+
+def profile_of(path: Path) -> str | None:
+    """The profile a file at ``<data>/profiles/NAME/memory.db`` holds, else None."""
+    path = Path(path)
+    if path.name == "memory.db" and path.parent.parent.name == "profiles":
+        return path.parent.name
+    return None
+
+
+def profile_flag(profile: str | None) -> str:
+    """`` --profile NAME`` for a command shown to the user: without it the command would act
+    on the default profile, where the same id names something else. '' when not known."""
+    return f" --profile {shlex.quote(profile)}" if profile else ""
+
+
+def profile_option(path: Path) -> str:
+    """`` --profile NAME`` for a file at ``<data>/profiles/NAME/memory.db``, else ''."""
+    return profile_flag(profile_of(path))

@@ -37,6 +37,18 @@ def test_the_app_imports_no_ollama_and_no_engine():
     assert not {"ollama", "httpx", "aiosqlite", "sqlite_vec", "numpy", "pydantic"} & modules
 
 
+def test_what_a_client_loads_to_reach_the_daemon_leaves_the_engine_out():
+    """Every `navi` command through the daemon, and the app's link (at run time, on its event
+    loop), load the module that starts and finds the daemon, and the chat command: the
+    engine (numpy, SQLite) cost them 0.1-0.3 s when one light helper came from it."""
+    modules = imported_after(
+        "import navi_desktop.daemon.main, navi_desktop.daemon.client, navi_desktop.cli.chat,"
+        " navi_desktop.cli.daemon_cmds, navi_desktop.tui.link, navi_desktop.disk,"
+        " navi_desktop.config_save"
+    )
+    assert not {"numpy", "aiosqlite", "sqlean", "sqlite3", "sqlite_vec"} & modules
+
+
 def test_clients_import_no_pydantic():
     """The daemon's parameter models (pydantic) cost start-up time: every module a CLI command
     or the TUI loads to reach the daemon leaves pydantic out."""

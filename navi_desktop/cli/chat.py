@@ -139,14 +139,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def _incognito_id(session: str | None) -> bool:
-    from navi_desktop.pipeline.incognito import ID_PREFIX
+    from navi_desktop.daemon.wire import INCOGNITO_PREFIX
 
-    return bool(session and session.startswith(ID_PREFIX))
+    return bool(session and session.startswith(INCOGNITO_PREFIX))
 
 
 def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:
     """Where a chat whose output was lost is kept, and how to see it ('' when unknown)."""
-    from navi_desktop.memory.failures import profile_flag
+    from navi_desktop.paths import profile_flag
 
     if not session:
         return ""

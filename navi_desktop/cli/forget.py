@@ -170,7 +170,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
     for problem in report.unscrubbed:
         print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
     if report.scrub_pending:
-        from navi_desktop.memory.failures import profile_flag
+        from navi_desktop.paths import profile_flag
 
         stats = f"navi memory stats{profile_flag(getattr(args, 'profile', None))}"
         print(

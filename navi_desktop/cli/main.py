@@ -141,7 +141,7 @@ def os_error_line(err: OSError) -> str:
         reason = str(err) or ("it timed out" if timed_out else type(err).__name__)
     if not isinstance(err.filename, str | bytes):  # not about a path (a socket, a timeout)
         return f"an operation failed: {reason}; try again"
-    from navi_desktop.memory.failures import refusing_folder  # standard library and errors
+    from navi_desktop.disk import refusing_folder
 
     path = Path(os.fsdecode(err.filename)).absolute()
     if err.errno in (errno.EACCES, errno.EPERM):

@@ -160,7 +160,7 @@ def with_store(
 def writable(path: Path) -> bool:
     """Whether the profile's file can be written: a look at one on a read-only disk (or one
     the user made read-only) reads it without writing, rather than being refused."""
-    from navi_desktop.memory.failures import on_read_only_fs
+    from navi_desktop.disk import on_read_only_fs
 
     return os.access(path, os.W_OK) and not on_read_only_fs(path)
 
@@ -172,8 +172,8 @@ async def _on_empty_store(
     import errno
     import tempfile
 
+    from navi_desktop.disk import free_bytes, megabytes
     from navi_desktop.memory import MemoryStore
-    from navi_desktop.memory.failures import free_bytes, megabytes
     from navi_desktop.paths import ensure_own_dir
 
     embedder_choice()  # a bad setting is named whatever the profile; an empty store needs none

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.daemon.files import lock_log_writes, remove_stale_spools, trim_log
 from navi_desktop.daemon.open_profiles import close_idle
 from navi_desktop.daemon.place import PLACE_CHECK_S, DaemonRunning, Lock, holder, keep_place
+from navi_desktop.disk import on_read_only_fs
 from navi_desktop.errors import NaviError
-from navi_desktop.memory.failures import on_read_only_fs
 from navi_desktop.paths import Paths, ensure_own_dir
 
 if TYPE_CHECKING:

@@ -19,6 +19,9 @@ NOT_FOUND = -32001
 ACCESS_DENIED = -32003
 REQUEST_CANCELLED = -32800
 
+# An incognito session's id: how a client tells it from a stored session's.
+INCOGNITO_PREFIX = "incognito-"
+
 # Deeper frames are refused before parsing: no method needs more, and deep nesting costs a
 # recursive parse (Python raises RecursionError near 1000 levels).
 MAX_DEPTH = 64

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
 from pathlib import Path
 
+from navi_desktop.disk import (
+    free_bytes,
+    megabytes,
+    on_read_only_fs,
+    refusing_folder,
+)
 from navi_desktop.errors import (
     DiskError,
     DiskFull,
@@ -22,43 +27,15 @@ from navi_desktop.errors import (
     ProfileUnreadable,
 )
 
+# Light helpers kept apart (the CLI and the daemon's start use them without the engine).
+from navi_desktop.paths import profile_flag, profile_of, profile_option  # noqa: F401
+
 # SQLite's primary result codes (the low byte of an extended one).
 SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT = 3, 8, 10, 11
 SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 13, 14, 26
 # An I/O error with less free space than this is a full disk (a WAL frame, a page, an index).
 LOW_SPACE_BYTES = 4 << 20
 READ_ONLY_FIX = "mount it read-write again (after a disk error, check the disk first: `dmesg`)"
-
-
-def free_bytes(folder: Path) -> int | None:
-    try:
-        st = os.statvfs(folder)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
-
-
-def megabytes(n: int | None) -> str:
-    return "?" if n is None else f"{n / 1e6:.1f}"
-
-
-def profile_of(path: Path) -> str | None:
-    """The profile a file at ``<data>/profiles/NAME/memory.db`` holds, else None."""
-    path = Path(path)
-    if path.name == "memory.db" and path.parent.parent.name == "profiles":
-        return path.parent.name
-    return None
-
-
-def profile_flag(profile: str | None) -> str:
-    """`` --profile NAME`` for a command shown to the user: without it the command would act
-    on the default profile, where the same id names something else. '' when not known."""
-    return f" --profile {shlex.quote(profile)}" if profile else ""
-
-
-def profile_option(path: Path) -> str:
-    """`` --profile NAME`` for a file at ``<data>/profiles/NAME/memory.db``, else ''."""
-    return profile_flag(profile_of(path))
 
 
 def damage_fix(path: Path) -> str:
@@ -162,12 +139,6 @@ def not_yours(path: Path, item: Path, owner: int) -> ProfileUnreadable:
     return error
 
 
-def refusing_folder(path: Path) -> Path | None:
-    """The first folder on the way down to ``path`` that the user cannot search, or None."""
-    folders = reversed(Path(path).absolute().parents)
-    return next((f for f in folders if not os.access(f, os.X_OK)), None)
-
-
 def unreachable(path: Path) -> ProfileUnreadable:
     """The error for a file hidden by a folder above it that the user cannot search: the
     first such folder on the way down is named, with the chmod that opens it."""
@@ -231,15 +202,6 @@ def not_set_up(path: Path) -> NaviError:
         f"cannot use {path}: {what}, and its file system is read-only, so it cannot be set"
         f" up; nothing was changed: {READ_ONLY_FIX}, and Navi sets it up by itself"
     )
-
-
-def on_read_only_fs(path: Path) -> bool:
-    for folder in (path, path.parent):
-        try:
-            return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
-        except OSError:
-            continue
-    return False
 
 
 def _code(exc: BaseException) -> int | None:

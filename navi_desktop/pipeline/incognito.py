@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.daemon.wire import INCOGNITO_PREFIX
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.feedback import Rating
 from navi_desktop.pipeline.context import ContextSettings, TurnContext, build_context
@@ -20,13 +21,10 @@ if TYPE_CHECKING:
     from navi_desktop.memory.store import MemoryStore
 
 
-ID_PREFIX = "incognito-"  # how a client tells one from a stored session's id
-
-
 @dataclass
 class IncognitoSession:
     read_memory: bool = False
-    id: str = field(default_factory=lambda: ID_PREFIX + uuid.uuid4().hex[:8])
+    id: str = field(default_factory=lambda: INCOGNITO_PREFIX + uuid.uuid4().hex[:8])
     history: list[dict[str, Any]] = field(default_factory=list)
     ratings: dict[int, Rating] = field(default_factory=dict)  # by turn number, memory only
 
