@@ -69,6 +69,23 @@ def test_an_export_with_standard_output_closed_says_so(home) -> None:
     )
 
 
+@pytest.mark.parametrize("args", [["list", "--json"], ["list"], ["stats"]])
+def test_any_command_with_standard_output_closed_says_so(cli, home, args) -> None:
+    """Only the export knew: `list --json` ended in a traceback, and `list` printed nothing
+    and exited 0."""
+    assert cli("add", "note", "likes tea")[0] == 0
+    done = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -m navi_desktop memory {' '.join(args)} >&-"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip() == (
+        "navi: cannot write the output: standard output is closed; it is cut short: run it"
+        " with its output open (not `>&-`)"
+    )
+
+
 def test_a_long_session_end_says_it_is_still_learning(monkeypatch, capsys) -> None:
     """`navi end` waited in silence for as long as the model took (minutes, for a model
     server that never answers)."""

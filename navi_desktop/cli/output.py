@@ -89,10 +89,30 @@ class _WholeWrites(io.FileIO):
         return done
 
 
+class _Closed(io.RawIOBase):
+    """Standard output of a command started with it closed (`>&-`), where Python has none
+    (None: a command's first print was a traceback): its first write fails in one line."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        raise OutputError(OSError(errno.EBADF, "standard output is closed"))
+
+
+def stdout_closed() -> bool:
+    """Whether the command was started with its standard output closed (see ``_Closed``)."""
+    return sys.stdout is None or isinstance(getattr(sys.stdout, "buffer", None), _Closed)
+
+
 def whole_stdout() -> None:
     """Put ``sys.stdout`` through ``_WholeWrites``, keeping its encoding and buffering; left
-    as it is when it is not the process's own (a test's capture)."""
+    as it is when it is not the process's own (a test's capture). A closed one (None) fails
+    at its first write, as a full disk does."""
     out = sys.stdout
+    if out is None:
+        sys.stdout = io.TextIOWrapper(_Closed(), encoding="utf-8", line_buffering=True)
+        return
     if type(out) is not io.TextIOWrapper:
         return
     buffer = out.buffer
@@ -131,6 +151,9 @@ def output_failure(err: OutputError) -> str:
                 free = st.f_bavail * st.f_frsize / 1e6
                 cause += f" ({free:.1f} MB free in {os.path.dirname(where)})"
         fix = "free some space, or send it to another disk"
+    elif err.errno == errno.EBADF:
+        cause = "standard output is closed"
+        fix = "run it with its output open (not `>&-`)"
     elif err.errno == errno.EIO:
         cause = "an input/output error"
         fix = "check that disk (`dmesg`), or send it to another disk"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.cli.main import CommandError
-from navi_desktop.cli.output import emit_json, human_size, safe
+from navi_desktop.cli.output import emit_json, human_size, safe, stdout_closed
 from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import nothing_at, write_user_file
@@ -46,7 +46,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             " or leave -o out to print the export"
         )
     to_stdout = args.output in (None, "-")
-    if to_stdout and sys.stdout is None:  # started with it closed (`>&-`): a traceback
+    if to_stdout and stdout_closed():  # started with it closed (`>&-`)
         raise InvalidInput("standard output is closed: write the export to a file (-o FILE)")
     if wants_json(args) and to_stdout and args.format != "json":
         raise InvalidInput("--json prints JSON: use --format json, or -o FILE for Markdown")
