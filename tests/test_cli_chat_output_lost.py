@@ -72,3 +72,26 @@ def test_a_model_that_fails_mid_reply_is_said_even_when_the_output_is_lost(tmp_p
         assert "model ran out of memory" in lines["reply.txt"], lines
         assert "model ran out of memory" in lines["full"], lines
         assert "disk full" not in lines["full"], lines
+
+
+def test_a_chat_whose_output_is_lost_stops_its_turn_and_keeps_what_came() -> None:
+    """A failed write did not end the wait: the turn ran to its end for nobody (10 minutes
+    for a model that never ends). Now it goes on a moment, then stops, keeping what came."""
+    import json
+    import time
+
+    words = [f"w{i} " for i in range(40)]
+    with navi_home() as h:
+        h.fake.script(Reply(chunks=words, delay=0.5))  # 20 s in all
+        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", "count"))
+        session = re.search(r"kept in session (\w+)", line)
+        assert session, line
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # the daemon saves it as it stops the reply
+            shown = json.loads(h.navi("sessions", "show", session[1], "--json").stdout)
+            if shown["messages"][-1]["role"] == "assistant":
+                break
+            time.sleep(0.1)
+        reply = shown["messages"][-1]
+        assert reply["role"] == "assistant" and reply["meta"]["cancelled"] is True, reply
+        assert reply["content"].startswith("w0") and "w39" not in reply["content"], reply

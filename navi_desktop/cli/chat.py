@@ -13,6 +13,7 @@ from navi_desktop.cli.daemon_cmds import connect_daemon, rpc_params
 from navi_desktop.cli.output import OutputError, emit_json, error, safe
 
 CHAT_TIMEOUT_S = 600.0
+OUTPUT_GONE_S = 2.0  # a chat whose output cannot be written: how long its turn may go on
 
 
 def register(commands: Any) -> None:
@@ -88,18 +89,27 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     sys.stdout.flush()
 
         printer = asyncio.ensure_future(show_deltas())
-        answered = False
-        try:  # kept here: a failed write to stdout meanwhile ends this with its error
-            result.update(await client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
-            answered = True
+        call = asyncio.ensure_future(client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
+        try:
+            await asyncio.wait({call, printer}, return_when=asyncio.FIRST_COMPLETED)
+            failed = printer.done() and not printer.cancelled() and printer.exception()
+            if failed and not call.done():
+                # Nobody sees the rest: the turn may end by itself a moment longer (its own
+                # failure, the model's, is the news then), else it stops and keeps what came
+                # (it ran on to its end, 10 minutes for a stuck model).
+                await asyncio.wait({call}, timeout=OUTPUT_GONE_S)
+                if not call.done():
+                    raise failed
+            result.update(await call)
         finally:
+            call.cancel()
             await client.close()  # ends the notifications after the ones already received
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 try:
                     await asyncio.wait_for(printer, 2.0)
                 except OutputError:
-                    if answered:  # else the turn's own failure (the model's) is the news
-                        raise
+                    if call.done() and not call.cancelled() and call.exception() is None:
+                        raise  # answered: the output's failure is the news
 
     try:
         asyncio.run(main())
