@@ -10,6 +10,7 @@ MAX_VALUE = 20_000  # a memory's text, its evidence
 MAX_LABEL = 500  # subject, key, a review reason
 MAX_QUERY = 10_000  # a search's text
 MAX_ENTITY_NAME = 200  # an entity's name, as the user types it; a search among them
+MAX_CHAT_TEXT = 100_000  # a chat message
 SEARCH = "a search"
 ENTITY_SEARCH = "a search among entities (by name)"
 SHORTER = "shorten it"

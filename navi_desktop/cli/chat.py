@@ -169,7 +169,7 @@ def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> 
 def _read_stdin() -> str | None:
     """The message piped in, or None when it cannot be sent (said in one line): read no
     further than the longest message the daemon takes."""
-    from navi_desktop.daemon.method_params import MAX_CHAT_TEXT
+    from navi_desktop.limits import MAX_CHAT_TEXT
 
     data = sys.stdin.buffer.read(4 * MAX_CHAT_TEXT + 4)  # UTF-8: at most 4 bytes a character
     try:

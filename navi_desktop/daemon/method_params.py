@@ -10,10 +10,10 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from navi_desktop.daemon.params import JsonValue, Params, Says, integer, text
+from navi_desktop.limits import MAX_CHAT_TEXT
 from navi_desktop.ollama_host import valid_host
 from navi_desktop.paths import PROFILE_PATTERN
 
-MAX_CHAT_TEXT = 100_000
 MAX_TITLE = 500
 
 Profile = Annotated[

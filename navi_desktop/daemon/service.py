@@ -199,7 +199,10 @@ class Service(ChatMethods, SessionMethods, MemoryMethods):
         end was being retried."""
         self._background.discard(task)
         if not task.cancelled() and (exc := task.exception()) is not None:
-            log.warning("background work failed: %s", exc)
+            if isinstance(exc, NaviError):  # said in words: its line is enough
+                log.warning("background work failed: %s", exc)
+            else:  # a defect: where it happened matters
+                log.error("background work failed", exc_info=exc)
 
     async def _progress_changed(self) -> None:
         await self.broadcast("sessions", "session.progress", {"extracting": self.ends.status()})
