@@ -152,12 +152,7 @@ class Matcher:
     @classmethod
     def of(cls, values: Iterable[str]) -> Matcher:
         """Values as written (a memory's value, its evidence): see the module's rule."""
-        norms = sorted({n for v in values if (n := needle_form(v))}, key=len, reverse=True)
-        if not norms:
-            return cls((), None, ())
-        regex = re.compile("|".join(_pattern(n) for n in norms))
-        anchors = tuple(max(n.split(" "), key=len) for n in norms)
-        return cls(tuple(norms), regex, anchors)
+        return cls._build(values, words=False)
 
     @classmethod
     def of_phrases(cls, found: Iterable[str]) -> Matcher:
@@ -165,17 +160,26 @@ class Matcher:
         matches its words in text as written, punctuation and all ("pelican 9439" redacts
         "PELICAN-9439"). A phrase must never go through ``of``: its words would be looked
         for with single spaces between them, and a value with punctuation inside stayed."""
-        norms = sorted({n for p in found if (n := _bare(phrase_of(p)))}, key=len, reverse=True)
+        return cls._build(found, words=True)
+
+    @classmethod
+    def _build(cls, texts: Iterable[str], *, words: bool) -> Matcher:
+        pattern = _words_pattern if words else _pattern
+        norms = sorted({n for t in texts if (n := cls._form(t, words))}, key=len, reverse=True)
         if not norms:
-            return cls((), None, (), words=True)
-        regex = re.compile("|".join(_words_pattern(n) for n in norms))
+            return cls((), None, (), words=words)
+        regex = re.compile("|".join(pattern(n) for n in norms))
         anchors = tuple(max(n.split(" "), key=len) for n in norms)
-        return cls(tuple(norms), regex, anchors, words=True)
+        return cls(tuple(norms), regex, anchors, words=words)
+
+    @staticmethod
+    def _form(value: str, words: bool) -> str:
+        return _bare(phrase_of(value)) if words else needle_form(value)
 
     def form(self, value: str) -> str:
         """``value`` in the form the needles are in: a memory whose value is one of them in
         this form is the same memory (forgotten whole, not redacted)."""
-        return _bare(phrase_of(value)) if self.words else needle_form(value)
+        return self._form(value, self.words)
 
     def __bool__(self) -> bool:
         return self.regex is not None
