@@ -119,6 +119,18 @@ def list_backups(db_path: Path, kind: str | None = None, *, now: float | None = 
     return [p for p in backup_files(db_path, kind, now=now) if backup_problem(p) is None]
 
 
+def survey(db_path: Path) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """``list_backups`` and ``unusable`` at once, each file looked at once (the doctor)."""
+    whole: list[Path] = []
+    damaged: list[tuple[Path, str]] = []
+    for path in backup_files(db_path):
+        if (why := backup_problem(path)) is None:
+            whole.append(path)
+        else:
+            damaged.append((path, f"damaged ({why})"))
+    return whole, damaged + _scan(db_path, None)[1]
+
+
 def latest_backup(db_path: Path) -> Path | None:
     found = list_backups(db_path)
     return found[0] if found else None
@@ -136,9 +148,7 @@ def backup_problem(path: Path) -> str | None:
 def unusable(db_path: Path) -> list[tuple[Path, str]]:
     """For the doctor: each entry of backups/ named as a backup that cannot be restored
     (damaged, empty, a link, not a file), with why."""
-    found, odd = _scan(db_path, None)
-    damaged = [(p, f"damaged ({why})") for p in found if (why := backup_problem(p)) is not None]
-    return damaged + odd
+    return survey(db_path)[1]
 
 
 def _scan(db_path: Path, kind: str | None) -> tuple[list[Path], list[tuple[Path, str]]]:

@@ -21,7 +21,7 @@ import sqlean
 
 from navi_desktop.errors import ProfileDamaged, ProfileError
 from navi_desktop.memory import hamming
-from navi_desktop.memory.backup import list_backups, unusable
+from navi_desktop.memory.backup import survey
 from navi_desktop.memory.failures import (
     READ_ONLY_FIX,
     free_bytes,
@@ -56,6 +56,7 @@ class Report:
     path: Path
     findings: list[Finding] = field(default_factory=list)
     backups: list[Path] = field(default_factory=list)
+    unusable: list[tuple[Path, str]] = field(default_factory=list)  # backups/ entries, why
     damaged: bool = False  # the integrity check (or the file's header) says so
     counts: dict[str, int] = field(default_factory=dict)
 
@@ -97,7 +98,8 @@ class Report:
 def examine(path: Path) -> Report:
     """Check the file at ``path`` (a thread's work: the integrity check reads all of it)."""
     path = Path(path)
-    report = Report(path, backups=list_backups(path))
+    whole, unusable = survey(path)
+    report = Report(path, backups=whole, unusable=unusable)
     try:
         os.lstat(path)
     except PermissionError:  # a folder above it cannot be searched: nothing here can be checked
@@ -339,7 +341,7 @@ def _environment(report: Report) -> None:
         report.add(
             "backups", NOTE, "none yet", f"make one: `navi memory backup{profile_option(path)}`"
         )
-    for entry, why in unusable(path):  # left out of the count above and of any advice
+    for entry, why in report.unusable:  # left out of the count above and of any advice
         report.add("backups", WARNING, f"{entry.name}: {why}", f"delete it: `rm {entry}`")
 
 
