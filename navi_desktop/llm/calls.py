@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar
 
@@ -52,7 +53,7 @@ class Calls:
         The request is sent at the first ``anext``; on close, cancel or error, the client's
         generator is closed, which closes the response and its connection.
         """
-        with Translate(self, operation, model, self.first_token_timeout), limits.reply_limit(limit):
+        with Translate(self, operation, model, self.first_token_timeout):
             stream = await start()
         try:
             first = True
@@ -61,7 +62,8 @@ class Calls:
                 phase = "waiting for the first token" if first else "waiting for the next chunk"
                 with (
                     Translate(self, f"{operation} ({phase})", model, seconds),
-                    limits.reply_limit(limit),
+                    # The request is sent at the first item: the response keeps its limit.
+                    limits.reply_limit(limit) if first else contextlib.nullcontext(),
                 ):
                     try:
                         async with asyncio.timeout(seconds):
