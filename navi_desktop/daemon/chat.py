@@ -9,6 +9,7 @@ from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.daemon.wire import telling
 from navi_desktop.llm.budget import MAX_CHARS_PER_TOKEN
 from navi_desktop.llm.tool_loop import chat_with_tools
 from navi_desktop.llm.types import (
@@ -152,74 +153,77 @@ async def run_turn(
             if m.id < reuse_user.id
         ]
         user = reuse_user
-    history = [
-        {"role": m.role, "content": m.content}
-        for m in earlier
-        if m.role in ("user", "assistant") and m.content
-    ][-HISTORY_MESSAGES:]
-    ctx = await build_context(
-        store,
-        user_text=text,
-        history=history,
-        session_id=session_id,
-        first_turn=not earlier,
-        settings=context,
-    )
-    await store.record_injections(session_id, user.id, ctx.injections)
-    tools = MemoryTools(store, session_id) if use_tools else None
-    steps: list[dict[str, Any]] = []
-    parts: list[str] = []
-    failed: Exception | None = None
-    try:
-        reply, done, cancelled = await _stream(
-            backend, model, ctx.messages, tools, emit, session_id, steps, parts, reply_tokens
+    # Stored from here on: a failure says so, and the client keeps the message it showed
+    # rather than give it back to be sent (and stored) twice.
+    with telling(stored=True, user_message_id=user.id):
+        history = [
+            {"role": m.role, "content": m.content}
+            for m in earlier
+            if m.role in ("user", "assistant") and m.content
+        ][-HISTORY_MESSAGES:]
+        ctx = await build_context(
+            store,
+            user_text=text,
+            history=history,
+            session_id=session_id,
+            first_turn=not earlier,
+            settings=context,
         )
-    except Exception as exc:  # the server failed mid-reply: a dropped connection, a stall
-        failed, reply, done, cancelled = exc, "".join(parts), None, False
-    finally:
-        # Tool calls and results belong in the transcript (extraction reads them), even when
-        # the reply failed or was cancelled. Saved after the reply: what a forget took
-        # meanwhile (the user's, or the model's own memory_forget) is redacted from them as
-        # the forget's scrub would have.
-        for step in steps:
-            await store.save_message(
-                session_id,
-                step["role"],
-                step["content"],
-                name=step.get("name"),
-                meta=step.get("meta"),
-                said_at=user.created_at,
+        await store.record_injections(session_id, user.id, ctx.injections)
+        tools = MemoryTools(store, session_id) if use_tools else None
+        steps: list[dict[str, Any]] = []
+        parts: list[str] = []
+        failed: Exception | None = None
+        try:
+            reply, done, cancelled = await _stream(
+                backend, model, ctx.messages, tools, emit, session_id, steps, parts, reply_tokens
             )
-    if failed is not None:  # what the user saw of it is kept, as a stopped reply's is
-        if reply.strip():
-            meta = {"model": model, "failed": True}
-            await store.save_message(
+        except Exception as exc:  # the server failed mid-reply: a dropped connection, a stall
+            failed, reply, done, cancelled = exc, "".join(parts), None, False
+        finally:
+            # Tool calls and results belong in the transcript (extraction reads them), even when
+            # the reply failed or was cancelled. Saved after the reply: what a forget took
+            # meanwhile (the user's, or the model's own memory_forget) is redacted from them as
+            # the forget's scrub would have.
+            for step in steps:
+                await store.save_message(
+                    session_id,
+                    step["role"],
+                    step["content"],
+                    name=step.get("name"),
+                    meta=step.get("meta"),
+                    said_at=user.created_at,
+                )
+        if failed is not None:  # what the user saw of it is kept, as a stopped reply's is
+            if reply.strip():
+                meta = {"model": model, "failed": True}
+                await store.save_message(
+                    session_id, "assistant", reply, meta=meta, said_at=user.created_at
+                )
+            raise failed
+        meta: dict[str, Any] = {"model": model}
+        if done is not None:
+            meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
+        if cancelled:
+            meta["cancelled"] = True
+        cut = _was_cut(done)
+        if cut:
+            meta["cut"] = True
+        saved = None
+        if reply or not cancelled:
+            saved = await store.save_message(
                 session_id, "assistant", reply, meta=meta, said_at=user.created_at
             )
-        raise failed
-    meta: dict[str, Any] = {"model": model}
-    if done is not None:
-        meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
-    if cancelled:
-        meta["cancelled"] = True
-    cut = _was_cut(done)
-    if cut:
-        meta["cut"] = True
-    saved = None
-    if reply or not cancelled:
-        saved = await store.save_message(
-            session_id, "assistant", reply, meta=meta, said_at=user.created_at
+        return TurnResult(
+            session_id,
+            reply,
+            user.id,
+            saved.id if saved else None,
+            len(ctx.injections),
+            cancelled,
+            tools.changed if tools else [],
+            cut,
         )
-    return TurnResult(
-        session_id,
-        reply,
-        user.id,
-        saved.id if saved else None,
-        len(ctx.injections),
-        cancelled,
-        tools.changed if tools else [],
-        cut,
-    )
 
 
 def _was_cut(done: Done | None) -> bool:
@@ -241,16 +245,20 @@ async def run_incognito_turn(
     """A turn that touches no file: the transcript lives in ``session`` only; memory is read
     (never written) only when the session allows it. No memory tools: they would write."""
     ctx = await session.context(store, text, context)
+    # Kept before the reply, as a stored session saves it first: a failed reply leaves it
+    # to be answered again (Ctrl+R), and the failure says it is kept.
+    session.add_user(text)
     parts: list[str] = []
-    try:
-        reply, done, cancelled = await _stream(
-            backend, model, ctx.messages, None, emit, session.id, [], parts, reply_tokens
-        )
-    except Exception:  # kept in the session's memory, as in a stored session
-        if "".join(parts).strip():
-            session.add_turn(text, "".join(parts))
-        raise
-    session.add_turn(text, reply)
+    with telling(stored=True):
+        try:
+            reply, done, cancelled = await _stream(
+                backend, model, ctx.messages, None, emit, session.id, [], parts, reply_tokens
+            )
+        except Exception:  # what came is kept in the session's memory, as in a stored session
+            if "".join(parts).strip():
+                session.add_reply("".join(parts))
+            raise
+    session.add_reply(reply)
     return TurnResult(
         session.id, reply, None, None, len(ctx.injections), cancelled, cut=_was_cut(done)
     )

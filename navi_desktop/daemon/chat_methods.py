@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.daemon import method_params as mp
 from navi_desktop.daemon.chat import TurnResult, run_incognito_turn, run_turn
 from navi_desktop.daemon.params import takes
+from navi_desktop.daemon.wire import add_error_data
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.backends import on_server
 from navi_desktop.pipeline.context import ContextSettings
@@ -64,6 +65,17 @@ class ChatMethods:
 
     @takes(mp.ChatSend)
     async def chat_send(self: Service, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
+        """A turn. An error reply tells in ``data.stored`` whether the message was kept
+        (``data.user_message_id``: its id in a stored session). The turn keeps it before it
+        asks for the reply and tells so if that fails; a failure before it kept nothing: the
+        client may give the words back to be sent again."""
+        try:
+            return await self._chat_send(params, peer)
+        except Exception as exc:  # a cancel stays untold: it may come after the keeping
+            add_error_data(exc, stored=False)  # unless the turn told it kept the message
+            raise
+
+    async def _chat_send(self: Service, params: mp.ChatSend, peer: Any) -> dict[str, Any]:
         text = params.text
         profile = self.profile(params.profile)
         session_id = params.session_id

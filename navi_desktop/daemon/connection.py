@@ -298,11 +298,17 @@ class Connection:
             pass
 
 
-def error_reply(rid: Any, code: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    """One JSON-RPC error reply; ``kind`` (the error's class) goes in ``data.kind``."""
+def error_reply(
+    rid: Any, code: int, message: str, kind: str | None = None, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """One JSON-RPC error reply; ``kind`` (the error's class) goes in ``data.kind``, beside
+    what else ``data`` tells (wire.add_error_data)."""
     error: dict[str, Any] = {"code": code, "message": message}
+    told = dict(data or {})
     if kind is not None:
-        error["data"] = {"kind": kind}
+        told["kind"] = kind
+    if told:
+        error["data"] = told
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 

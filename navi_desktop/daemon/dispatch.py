@@ -23,6 +23,7 @@ from navi_desktop.daemon.wire import (
     FrameError,
     decode,
     encode,
+    error_data,
 )
 from navi_desktop.errors import InvalidInput, NaviError, NotFound
 
@@ -158,27 +159,29 @@ class Dispatcher:
             return error_reply(rid, METHOD_NOT_FOUND, message)
         try:
             result = await handler(params, peer)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise  # this request itself is being cancelled (connection closed, stop())
-            return error_reply(rid, REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled")
+            told = error_data(exc)
+            return error_reply(rid, REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled", told)
         except NotFound as exc:
-            return error_reply(rid, NOT_FOUND, str(exc), type(exc).__name__)
+            return error_reply(rid, NOT_FOUND, str(exc), type(exc).__name__, error_data(exc))
         except InvalidInput as exc:
-            return error_reply(rid, INVALID_PARAMS, str(exc), type(exc).__name__)
+            return error_reply(rid, INVALID_PARAMS, str(exc), type(exc).__name__, error_data(exc))
         except NaviError as exc:
-            return error_reply(rid, APP_ERROR, str(exc), type(exc).__name__)
+            return error_reply(rid, APP_ERROR, str(exc), type(exc).__name__, error_data(exc))
         except Exception as exc:
+            told = error_data(exc)
             if isinstance(exc, TypeError) and _is_signature_error(exc):
-                return error_reply(
-                    rid, INVALID_PARAMS, f"invalid params for {method}: {exc}", "InvalidInput"
-                )
+                message = f"invalid params for {method}: {exc}"
+                return error_reply(rid, INVALID_PARAMS, message, "InvalidInput", told)
             log.exception("internal error in %s", method)
             return error_reply(
                 rid,
                 INTERNAL_ERROR,
                 f"internal error in {method}: {type(exc).__name__} (see the daemon log)",
                 type(exc).__name__,
+                told,
             )
         return {"jsonrpc": "2.0", "id": rid, "result": result}

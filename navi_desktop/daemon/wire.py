@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from navi_desktop.terminal_text import SURROGATE
@@ -52,6 +54,34 @@ def escape_surrogates(json_text: str) -> str:
     """JSON text with each lone surrogate (a file name's bytes that are not UTF-8, as Python
     keeps them) written as JSON's escape: valid UTF-8, and read back to the same string."""
     return SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
+
+
+def add_error_data(exc: BaseException, **facts: Any) -> None:
+    """Facts the error reply for ``exc`` carries in its ``data``, beside ``kind`` (e.g. that
+    a chat message was stored before its reply failed). A fact told first stays: the code
+    nearest to it tells it, and a caller's default does not undo it."""
+    told = getattr(exc, "navi_error_data", None)
+    if not isinstance(told, dict):
+        told = {}
+        exc.navi_error_data = told  # type: ignore[attr-defined]
+    for key, value in facts.items():
+        told.setdefault(key, value)
+
+
+@contextmanager
+def telling(**facts: Any) -> Iterator[None]:
+    """Whatever fails inside tells ``facts`` in its error reply (:func:`add_error_data`)."""
+    try:
+        yield
+    except BaseException as exc:
+        add_error_data(exc, **facts)
+        raise
+
+
+def error_data(exc: BaseException) -> dict[str, Any]:
+    """What :func:`add_error_data` told of ``exc`` (empty when nothing)."""
+    told = getattr(exc, "navi_error_data", None)
+    return dict(told) if isinstance(told, dict) else {}
 
 
 class FrameError(ValueError):

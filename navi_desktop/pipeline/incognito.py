@@ -45,10 +45,16 @@ class IncognitoSession:
         )
 
     def add_turn(self, user_text: str, reply: str) -> None:
-        self.history += [
-            {"role": "user", "content": user_text},
-            {"role": "assistant", "content": reply},
-        ]
+        self.add_user(user_text)
+        self.add_reply(reply)
+
+    def add_user(self, text: str) -> None:
+        """The user's message, kept before its reply is asked for (a failed reply leaves it
+        without one, to be answered again)."""
+        self.history.append({"role": "user", "content": text})
+
+    def add_reply(self, reply: str) -> None:
+        self.history.append({"role": "assistant", "content": reply})
 
     def drop_last_turn(self) -> str:
         """Remove the last turn (the user's message and its reply) and return the user's text,

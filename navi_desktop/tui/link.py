@@ -27,6 +27,10 @@ TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
 
 
+class NotConnected(DaemonUnavailable):
+    """A call made while disconnected: nothing of it was sent."""
+
+
 @dataclass(frozen=True)
 class LinkState:
     state: str  # "connecting", "up" or "down"
@@ -125,7 +129,7 @@ class DaemonLink:
         client = self._client
         if client is None or client.closed:
             detail = self.state.detail or "the daemon is not connected yet"
-            raise DaemonUnavailable(f"no connection to the Navi daemon: {detail}")
+            raise NotConnected(f"no connection to the Navi daemon: {detail}")
         params = dict(params or {})
         if self.profile and "profile" not in params:
             params["profile"] = self.profile

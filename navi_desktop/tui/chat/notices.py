@@ -11,6 +11,8 @@ from collections import Counter
 from typing import Any
 
 STOPPED = "(stopped)"
+# Under a reply whose daemon went away before it began: its message may not have got there.
+UNSURE = "your message may not have been saved: reopen the session once the daemon is back"
 FAILED = "(cut short: the model server failed before its end)"
 CUT = (
     "(cut at its length limit: for longer replies raise “Reply limit” in Settings (F4),"

@@ -19,7 +19,7 @@ from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.actions import SessionActions
 from navi_desktop.tui.chat.incognito import IncognitoActions
 from navi_desktop.tui.chat.messages import MessageView, Transcript
-from navi_desktop.tui.chat.notices import STOPPED, reply_note
+from navi_desktop.tui.chat.notices import STOPPED, UNSURE, reply_note
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.chat.rate import RatingActions
 from navi_desktop.tui.chat.sessions import SessionsPane, short
@@ -84,6 +84,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         # cancel this one (the reply worker is exclusive) and lose its message.
         self.answering = False
         self._stopping = False  # Esc was pressed during this reply
+        self._heard = False  # a word of this reply came: the daemon kept its message
         self._unlisted = False  # a new session the sessions list does not show yet
 
     # -- layout --------------------------------------------------------------------------------
@@ -119,6 +120,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
     async def on_daemon(self, method: str, params: Any) -> None:
         if method == "chat.delta" and self.reply is not None:
             if isinstance(params, dict) and params.get("session_id") == self.session_id:
+                self._heard = True
                 if self._unlisted:  # its first message is stored now: the list can name it
                     self._unlisted = False
                     self.sessions.reload()
@@ -217,6 +219,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         await self._add(reply)
         await reply.begin_stream()
         self.reply = reply
+        self._heard = False
         self.refresh_bindings()
         method = "chat.regenerate" if regenerate else "chat.send"
         params: dict[str, Any] = {"session_id": self.session_id}
@@ -225,17 +228,25 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         try:
             result = await link.call(method, params)
         except Exception as err:
-            if self._stopping:  # stopped before the first token: not an error
-                await reply.finish(reply.text, note=STOPPED)
-            elif said and text and not self.incognito and not await self._stored(text):
-                # Never stored (a full disk, the daemon gone): shown as sent, it was lost, and
+            kept, turn_id = self._kept(err)
+            if said and text and kept is False:
+                # Never kept (a full disk, no connection): shown as sent, it was lost, and
                 # Ctrl+R then answered the turn before under it.
                 await reply.remove()
                 await said.remove()
                 self._give_back(text)
                 self.navi.report(err, "Sending (your message is back in the prompt)")
+            elif self._stopping:  # stopped before the first token: not an error
+                await reply.finish(reply.text, user_message_id=turn_id, note=STOPPED)
+            elif kept is None and said and not self.incognito:
+                # Not known (the daemon went away before the reply began): kept on screen,
+                # marked. Given back, a message the daemon did keep is sent and kept twice,
+                # and the first copy is gone from the screen; kept here, one it did not keep
+                # is still there to copy and send again.
+                await reply.finish(reply.text, note=f"⚠ {err} ({UNSURE})")
+                self.navi.report(err, "The reply")
             else:
-                await reply.finish(reply.text, note=f"⚠ {err}")
+                await reply.finish(reply.text, user_message_id=turn_id, note=f"⚠ {err}")
                 self.navi.report(err, "The reply")
         else:
             if self.navi.status.missing_models:  # it answered: the model may be there now
