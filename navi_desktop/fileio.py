@@ -32,7 +32,9 @@ _LEFT_BY = {EXPORT_TMP: "a stopped export", COPY_TMP: "a stopped backup or resto
 # writer changes it page after page; a restore's whole stay is seconds to minutes).
 STALE_TMP_S = 3600
 # How long a writer waits for a folder's lock: a cleaner holds it alone only for a moment.
-LOCK_WAIT_S = 2.0
+FOLDER_LOCK_WAIT_S = 2.0
+# How often a lock another holds is tried again, by default (take_lock).
+LOCK_POLL_S = 0.05
 # What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -84,21 +86,51 @@ def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
     return fd
 
 
+def take_lock(
+    fd: int, how: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S
+) -> bool:
+    """Take the advisory lock (``flock``) of the file or folder open at ``fd``, ``how``
+    (``LOCK_EX`` or ``LOCK_SH``): without ``wait_s``, waited for as long as it takes; with
+    it, tried every ``poll_s`` for up to ``wait_s`` seconds, never blocking (0: once). True
+    once held; False where the file system has no such locks (the caller goes on without);
+    ``BlockingIOError`` while another still holds it at the end."""
+    if wait_s is None:
+        try:
+            fcntl.flock(fd, how)
+        except OSError:
+            return False
+        return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(poll_s)
+        except OSError:
+            return False
+        else:
+            return True
+
+
 @contextlib.contextmanager
-def locked(fd: int) -> Iterator[None]:
-    """Hold the advisory lock (``flock``) of the file open at ``fd``. The daemon writes each
-    log line under it and a scrub or a trim holds it from reading a log to truncating it, so
-    no line lands in between (it was lost). Per open file: a thread of the daemon that
-    opened the log itself waits as another process does."""
+def locked(fd: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S) -> Iterator[bool]:
+    """Hold the advisory lock of the file open at ``fd``, alone, while inside (``take_lock``;
+    whether it is held comes out). The daemon writes each log line under it and a scrub or a
+    trim holds it from reading a log to truncating it, so no line lands in between (it was
+    lost). Per open file: a thread of the daemon that opened the log itself waits as another
+    process does. On a file system without locks, or past ``wait_s``, the work is done
+    without it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a file system without locks: the work is done anyway, as before
-        yield
-        return
+        held = take_lock(fd, fcntl.LOCK_EX, wait_s=wait_s, poll_s=poll_s)
+    except BlockingIOError:
+        held = False
     try:
-        yield
+        yield held
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -285,12 +317,12 @@ def _sharing(folder: Path) -> Iterator[None]:
     has no such locks, nothing is held (the cleaner then goes by age).
 
     A cleaner holds the lock alone only for a moment, so it is waited for up to
-    ``LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared folder
-    such as /tmp can), and the file is written without it rather than waited for without
-    end. That stays safe: no cleaner removes anything while another holds the lock, and a
-    cleaner removes only this user's own files, never through a link. (Should that other let
-    go mid-write just as a cleaner of this user's runs there, this write fails and says so;
-    nothing half-written stays.)"""
+    ``FOLDER_LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared
+    folder such as /tmp can), and the file is written without it rather than waited for
+    without end. That stays safe: no cleaner removes anything while another holds the lock,
+    and a cleaner removes only this user's own files, never through a link. (Should that
+    other let go mid-write just as a cleaner of this user's runs there, this write fails and
+    says so; nothing half-written stays.)"""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:  # no folder there: the write says so in its own words
@@ -298,7 +330,7 @@ def _sharing(folder: Path) -> Iterator[None]:
         return
     try:
         try:
-            _lock(fd, fcntl.LOCK_SH, wait_s=LOCK_WAIT_S)
+            take_lock(fd, fcntl.LOCK_SH, wait_s=FOLDER_LOCK_WAIT_S)
         except BlockingIOError:
             log.warning("another process holds the lock of %s; writing without it", folder)
         yield
@@ -322,7 +354,7 @@ def remove_matching(
     removed: list[Path] = []
     try:
         try:
-            locks = _lock(fd, fcntl.LOCK_EX)
+            locks = take_lock(fd, fcntl.LOCK_EX, wait_s=0)
         except BlockingIOError:
             return []  # a writer is at work right now: a later cleaner removes them
         oldest = math.inf if locks else time.time() - STALE_TMP_S  # no locks: go by age
@@ -344,21 +376,3 @@ def remove_matching(
     finally:
         os.close(fd)
     return removed
-
-
-def _lock(fd: int, how: int, *, wait_s: float = 0.0) -> bool:
-    """Take the lock (``flock``) of the folder open at ``fd``, ``how``, never blocking: tried
-    again for up to ``wait_s``. True once held, False where the file system has no such
-    locks (the caller goes on without); ``BlockingIOError`` while another still holds it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
-        except OSError:
-            return False
-        else:
-            return True
