@@ -15,20 +15,26 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
 log = logging.getLogger(__name__)
-# An export is written beside its file under this name, then renamed over it: one a killed
-# export left holds the user's memories, so the next export into that folder removes it.
-EXPORT_TMP = "navi-export-"
-_EXPORT_LEFT = re.compile(rf"^\..+\.{EXPORT_TMP}[a-z0-9_]{{8}}\.tmp$")
+# A copy of the user's memories is written beside its file as ".<name>.<mark><8 random>.tmp"
+# (with SQLite's "-journal" beside it), then renamed over it or linked into place: one a
+# killed writer left holds the memories, so the next writer into that folder removes it
+# (``writing_in``), whatever folder the user named.
+EXPORT_TMP = "navi-export-"  # an export
+COPY_TMP = "navi-copy-"  # a backup, or the copy a restore puts in place (copy_database)
+_LEFT = re.compile(rf"^\..+\.({EXPORT_TMP}|{COPY_TMP})[a-z0-9_]{{8}}\.tmp(?:-journal)?$")
+_LEFT_BY = {EXPORT_TMP: "a stopped export", COPY_TMP: "a stopped backup or restore"}
 # Where folder locks are not to be had (NFS): a temporary file this old has no writer left (a
 # writer changes it page after page; a restore's whole stay is seconds to minutes).
 STALE_TMP_S = 3600
 # How long a writer waits for a folder's lock: a cleaner holds it alone only for a moment.
-LOCK_WAIT_S = 2.0
+FOLDER_LOCK_WAIT_S = 2.0
+# How often a lock another holds is tried again, by default (take_lock).
+LOCK_POLL_S = 0.05
 # What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -80,21 +86,51 @@ def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
     return fd
 
 
+def take_lock(
+    fd: int, how: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S
+) -> bool:
+    """Take the advisory lock (``flock``) of the file or folder open at ``fd``, ``how``
+    (``LOCK_EX`` or ``LOCK_SH``): without ``wait_s``, waited for as long as it takes; with
+    it, tried every ``poll_s`` for up to ``wait_s`` seconds, never blocking (0: once). True
+    once held; False where the file system has no such locks (the caller goes on without);
+    ``BlockingIOError`` while another still holds it at the end."""
+    if wait_s is None:
+        try:
+            fcntl.flock(fd, how)
+        except OSError:
+            return False
+        return True
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(poll_s)
+        except OSError:
+            return False
+        else:
+            return True
+
+
 @contextlib.contextmanager
-def locked(fd: int) -> Iterator[None]:
-    """Hold the advisory lock (``flock``) of the file open at ``fd``. The daemon writes each
-    log line under it and a scrub or a trim holds it from reading a log to truncating it, so
-    no line lands in between (it was lost). Per open file: a thread of the daemon that
-    opened the log itself waits as another process does."""
+def locked(fd: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S) -> Iterator[bool]:
+    """Hold the advisory lock of the file open at ``fd``, alone, while inside (``take_lock``;
+    whether it is held comes out). The daemon writes each log line under it and a scrub or a
+    trim holds it from reading a log to truncating it, so no line lands in between (it was
+    lost). Per open file: a thread of the daemon that opened the log itself waits as another
+    process does. On a file system without locks, or past ``wait_s``, the work is done
+    without it."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a file system without locks: the work is done anyway, as before
-        yield
-        return
+        held = take_lock(fd, fcntl.LOCK_EX, wait_s=wait_s, poll_s=poll_s)
+    except BlockingIOError:
+        held = False
     try:
-        yield
+        yield held
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        if held:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -202,12 +238,9 @@ def _write_into(path: Path, text: str) -> None:
 
 
 def _write_export(path: Path, text: str) -> None:
-    """``write_private_atomic`` under a name an export's cleaner knows: what a killed export
-    left in the folder goes first (never a live export's, which holds the folder's lock),
-    and SIGINT, SIGTERM or SIGHUP meanwhile remove the temp file before they stop the
-    process. Before, each left a private copy of the memories that no forget reached."""
-    remove_matching(path.parent, _EXPORT_LEFT, "a stopped export")
-    with writing_in(path.parent), _stopped_by_signals():
+    """``write_private_atomic`` under a name the cleaner knows, in ``writing_in``. Before,
+    a stopped export left a private copy of the memories that no forget reached."""
+    with writing_in(path.parent):
         write_private_atomic(path, text, tag=EXPORT_TMP)
 
 
@@ -221,10 +254,12 @@ class _Stopped(BaseException):
 
 @contextlib.contextmanager
 def _stopped_by_signals() -> Iterator[None]:
-    """Inside, SIGINT, SIGTERM and SIGHUP raise ``_Stopped`` (an ``except BaseException``
-    removes what was half-written); after it, the signal is delivered again to the handler
-    there was, so the process stops as it would have. A signal ignored (``nohup``) stays
-    ignored; off the main thread (the app's export) nothing changes."""
+    """Inside, SIGINT, SIGTERM and SIGHUP raise ``_Stopped`` (the writer's ``except
+    BaseException`` or ``finally``, inside too, removes what was half-written); after it,
+    the signal is delivered again to the handler there was, so the process stops as it
+    would have (inside another such block, that one's handler: it raises there in turn). A
+    signal ignored (``nohup``) stays ignored; off the main thread (the app's export, the
+    daemon's backups and restores) nothing changes: SIGKILL's rule holds there."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -256,18 +291,38 @@ def _stopped_by_signals() -> Iterator[None]:
 
 @contextlib.contextmanager
 def writing_in(folder: Path) -> Iterator[None]:
+    """Where every copy of the user's memories is written under a temporary name (marked
+    as above) in ``folder``, with the writer's cleanup of it inside:
+
+    - first, what a killed writer left there goes (``remove_matching``'s rules: never a
+      live writer's, never a link nor another user's file);
+    - the folder's lock is held, shared, meanwhile (``_sharing``), so that no cleaner
+      removes the file being written;
+    - SIGINT, SIGTERM and SIGHUP stop the process only once the writer's cleanup has
+      removed its half-written file (``_stopped_by_signals``). SIGKILL leaves it, for the
+      next writer there to remove.
+
+    Before, a backup stopped so (``navi memory backup --to FILE``) left a full copy of the
+    profile beside FILE for good: no cleaner knew its name or went to that folder."""
+    remove_matching(folder, _LEFT, _LEFT_BY)
+    with _sharing(folder), _stopped_by_signals():
+        yield
+
+
+@contextlib.contextmanager
+def _sharing(folder: Path) -> Iterator[None]:
     """Held, shared, while a file is written under a temporary name in ``folder``; a cleaner
     removes temporary files only while it holds the lock alone, so never one still being
     written by a backup, restore or export in this or another process. Where a file system
     has no such locks, nothing is held (the cleaner then goes by age).
 
     A cleaner holds the lock alone only for a moment, so it is waited for up to
-    ``LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared folder
-    such as /tmp can), and the file is written without it rather than waited for without
-    end. That stays safe: no cleaner removes anything while another holds the lock, and a
-    cleaner removes only this user's own files, never through a link. (Should that other let
-    go mid-write just as a cleaner of this user's runs there, this write fails and says so;
-    nothing half-written stays.)"""
+    ``FOLDER_LOCK_WAIT_S``; past that, someone else holds it (anyone who can open a shared
+    folder such as /tmp can), and the file is written without it rather than waited for
+    without end. That stays safe: no cleaner removes anything while another holds the lock,
+    and a cleaner removes only this user's own files, never through a link. (Should that
+    other let go mid-write just as a cleaner of this user's runs there, this write fails and
+    says so; nothing half-written stays.)"""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:  # no folder there: the write says so in its own words
@@ -275,7 +330,7 @@ def writing_in(folder: Path) -> Iterator[None]:
         return
     try:
         try:
-            _lock(fd, fcntl.LOCK_SH, wait_s=LOCK_WAIT_S)
+            take_lock(fd, fcntl.LOCK_SH, wait_s=FOLDER_LOCK_WAIT_S)
         except BlockingIOError:
             log.warning("another process holds the lock of %s; writing without it", folder)
         yield
@@ -283,9 +338,12 @@ def writing_in(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def remove_matching(folder: Path, pattern: re.Pattern[str], left_by: str) -> list[Path]:
+def remove_matching(
+    folder: Path, pattern: re.Pattern[str], left_by: str | Mapping[str, str]
+) -> list[Path]:
     """Remove the user's own regular files in ``folder`` named as ``pattern``'s temporary
-    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log.
+    files, when no writer holds ``writing_in`` there; ``left_by``: what left them, for the log
+    (or that of each mark ``pattern``'s first group matches).
     Never waits: while any process holds the folder's lock (a writer, or another user in a
     shared folder), nothing is removed, and a later cleaner does it. Looked up and removed
     through the folder's descriptor, by name: a link is seen as a link and never followed."""
@@ -296,41 +354,25 @@ def remove_matching(folder: Path, pattern: re.Pattern[str], left_by: str) -> lis
     removed: list[Path] = []
     try:
         try:
-            locks = _lock(fd, fcntl.LOCK_EX)
+            locks = take_lock(fd, fcntl.LOCK_EX, wait_s=0)
         except BlockingIOError:
             return []  # a writer is at work right now: a later cleaner removes them
         oldest = math.inf if locks else time.time() - STALE_TMP_S  # no locks: go by age
         with os.scandir(fd) as entries:
             for entry in entries:
-                st = entry.stat(follow_symlinks=False) if pattern.match(entry.name) else None
-                if st is None or not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                match = pattern.match(entry.name)
+                st = entry.stat(follow_symlinks=False) if match else None
+                if not match or st is None or not stat.S_ISREG(st.st_mode):
                     continue
-                if st.st_mtime > oldest:
+                if st.st_uid != os.geteuid() or st.st_mtime > oldest:
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(entry.name, dir_fd=fd)
                     removed.append(folder / entry.name)
-                    log.warning("removed %s, left by %s", folder / entry.name, left_by)
+                    by = left_by if isinstance(left_by, str) else left_by[match[1]]
+                    log.warning("removed %s, left by %s", folder / entry.name, by)
     except OSError as exc:
         log.warning("leftover copies in %s not removed: %s", folder, exc)
     finally:
         os.close(fd)
     return removed
-
-
-def _lock(fd: int, how: int, *, wait_s: float = 0.0) -> bool:
-    """Take the lock (``flock``) of the folder open at ``fd``, ``how``, never blocking: tried
-    again for up to ``wait_s``. True once held, False where the file system has no such
-    locks (the caller goes on without); ``BlockingIOError`` while another still holds it."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
-        except OSError:
-            return False
-        else:
-            return True

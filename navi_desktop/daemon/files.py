@@ -17,7 +17,6 @@ import socket
 import stat
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +155,8 @@ def _move_lines(src: int, dst: int) -> OSError | None:
     return None
 
 
-LOCK_WAIT_S = 5.0  # then a line is written unlocked: a late line beats a daemon that hangs
+LOG_LOCK_WAIT_S = 5.0  # then a line is written unlocked: a late line beats a daemon that hangs
+LOG_LOCK_POLL_S = 0.001  # a scrub or a trim holds it for a moment: a line waits no longer
 _WRITING = threading.RLock()
 
 
@@ -181,29 +181,10 @@ class LockedLog(io.RawIOBase):
         size = view.nbytes
         # One thread at a time: a lock is the open file's, which stdout and stderr share, so
         # one thread's unlock would free another's write in progress.
-        with _WRITING:
-            held = _lock_within(self.fd, LOCK_WAIT_S)
-            try:
-                while view:
-                    view = view[os.write(self.fd, view) :]
-            finally:
-                if held:
-                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+        with _WRITING, locked(self.fd, wait_s=LOG_LOCK_WAIT_S, poll_s=LOG_LOCK_POLL_S):
+            while view:
+                view = view[os.write(self.fd, view) :]
         return size
-
-
-def _lock_within(fd: int, wait_s: float) -> bool:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-        except OSError:  # a file system without locks: written as before
-            return False
 
 
 def lock_log_writes() -> None:

@@ -10,8 +10,10 @@ profile only read, as in incognito use, gets none).
 Every file is created with O_EXCL and O_NOFOLLOW, mode 0600, written under a temporary name
 and linked into place only when whole and when SQLite's quick check passes: a failed backup
 leaves nothing, and a damaged profile is refused rather than copied (a copy of it would restore
-nothing). A killed one leaves its temporary file, removed by the next backup, restore or forget
-(``remove_leftovers``). Only a regular file in ``backups/`` is a backup: a link there is never
+nothing). One stopped by SIGINT, SIGTERM or SIGHUP removes its temporary file first; a killed
+one leaves it, removed by the next backup, restore or forget (``remove_leftovers``), and
+beside a file of the user's choosing (``--to``) by the next backup or export there
+(``writing_in``). Only a regular file in ``backups/`` is a backup: a link there is never
 followed, opened or counted.
 """
 
@@ -32,7 +34,7 @@ from pathlib import Path
 import sqlean
 
 from navi_desktop.errors import DiskFull, InvalidInput, NaviError, ProfileDamaged
-from navi_desktop.fileio import remove_matching, temp_name_base, writing_in
+from navi_desktop.fileio import COPY_TMP, remove_matching, temp_name_base, writing_in
 from navi_desktop.memory.failures import (
     free_bytes,
     megabytes,
@@ -55,11 +57,11 @@ CLOCK_SLACK_S = 3600
 RESERVE_BYTES = 64 << 20
 _NAME = re.compile(r"^(daily|manual)-(\d{8}T\d{6}Z)(?:-\d+)?\.db$")
 _STAMP = "%Y%m%dT%H%M%SZ"
-# The temporary names copy_database and a restore write under (and SQLite's files beside them).
+# The temporary names copy_database and a restore write under (and SQLite's files beside them);
+# copy_database's without its mark too, as an older version named them.
 _SIDE = r"(?:-journal|-wal|-shm)?"
-_BACKUP_TMP = re.compile(
-    rf"^\.(?:daily|manual)-\d{{8}}T\d{{6}}Z(?:-\d+)?\.db\.[0-9a-f]{{8}}\.tmp{_SIDE}$"
-)
+_COPY = rf"(?:{COPY_TMP})?[0-9a-f]{{8}}\.tmp"
+_BACKUP_TMP = re.compile(rf"^\.(?:daily|manual)-\d{{8}}T\d{{6}}Z(?:-\d+)?\.db\.{_COPY}{_SIDE}$")
 _LEFT_BY = "a stopped backup or restore"
 _named: set[str] = set()  # the odd entries of backups/ already logged
 
@@ -231,45 +233,51 @@ def copy_database(
     """Copy a SQLite file (through its WAL, if any) into the new file ``target``, whole or
     not at all, and only when SQLite's quick check of the copy passes (``checked``: the
     source passed a full check just now, which a second read of it all would repeat);
-    returns its size. ``source`` is only read."""
+    returns its size. ``source`` is only read. Written in ``writing_in``, under a name its
+    cleaner knows, and removed there (a stopping signal waits for that)."""
     target = Path(target)
-    base = temp_name_base(target, len("..01234567.tmp-journal"))  # SQLite's journal fits too
-    tmp = target.with_name(f".{base}.{secrets.token_hex(4)}.tmp")
-    try:
-        with writing_in(target.parent):
+    base = temp_name_base(target, len(f"..{COPY_TMP}01234567.tmp-journal"))  # journal fits
+    tmp = target.with_name(f".{base}.{COPY_TMP}{secrets.token_hex(4)}.tmp")
+    with writing_in(target.parent):
+        try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-            src = read_only(source, expect=expect)
-            try:
-                dst = sqlean.connect(str(tmp), isolation_level=None)
-                try:
-                    dst.execute("PRAGMA journal_mode = OFF")  # whole or nothing: the rename
-                    src.backup(dst)
-                    if not checked:
-                        _check_copy(dst, source)
-                finally:
-                    dst.close()
-            finally:
-                src.close()
-            fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _copy_into(source, tmp, expect, checked=checked)
             try:
                 _link_new(tmp, target)
             except FileExistsError:
                 raise InvalidInput(f"{target} already exists; choose another name") from None
-    except (OSError, sqlean.Error) as exc:
-        # A write error is about the target's disk; a read error about the source.
-        where = target if isinstance(exc, OSError) else source
-        problem = translate(exc, where)
-        raise (problem or NaviError(f"cannot copy {source} to {target}: {exc}")) from exc
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
+        except (OSError, sqlean.Error) as exc:
+            # A write error is about the target's disk; a read error about the source.
+            where = target if isinstance(exc, OSError) else source
+            problem = translate(exc, where)
+            raise (problem or NaviError(f"cannot copy {source} to {target}: {exc}")) from exc
+        finally:
+            for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
     _sync_folder(target.parent)
     return target.stat().st_size
+
+
+def _copy_into(source: Path, tmp: Path, expect: Identity | None, *, checked: bool) -> None:
+    """SQLite's copy of ``source`` into the empty file ``tmp``, checked and on the disk."""
+    src = read_only(source, expect=expect)
+    try:
+        dst = sqlean.connect(str(tmp), isolation_level=None)
+        try:
+            dst.execute("PRAGMA journal_mode = OFF")  # whole or nothing: the rename
+            src.backup(dst)
+            if not checked:
+                _check_copy(dst, source)
+        finally:
+            dst.close()
+    finally:
+        src.close()
+    fd = os.open(tmp, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _check_copy(dst: sqlean.Connection, source: Path) -> None:
@@ -327,7 +335,7 @@ def incoming_name(path: Path) -> Path:
 def _restore_tmp(path: Path) -> re.Pattern[str]:
     # incoming_name, and copy_database's own temporary name for it
     name = re.escape(path.name)
-    return re.compile(rf"^\.\.?{name}\.restore-[0-9a-f]{{8}}\.tmp(?:\.[0-9a-f]{{8}}\.tmp)?{_SIDE}$")
+    return re.compile(rf"^\.\.?{name}\.restore-[0-9a-f]{{8}}\.tmp(?:\.{_COPY})?{_SIDE}$")
 
 
 def remove_leftovers(db_path: Path) -> list[Path]:

@@ -118,10 +118,10 @@ def restore_file(backup: Path, path: Path) -> Restored:
     wal, shm = (path.with_name(path.name + s) for s in ("-wal", "-shm"))
     with writing_in(path.parent):  # the copy's temporary name is no leftover meanwhile
         incoming = incoming_name(path)
-        copy_database(backup, incoming, checked=True)  # check_backup's integrity check
         side: Path | None = None
         side_wal: Path | None = None
         try:
+            copy_database(backup, incoming, checked=True)  # check_backup's integrity check
             again = forget_again(incoming, path)
             if path.exists():
                 side = path.with_name(f"{path.stem}.before-restore-{stamp}.db")
