@@ -1,6 +1,6 @@
 """For tests of what a forget or a session delete owes the profile's copies: whether a file
-(with its write-ahead log) still holds a text, and a store call cut short by a process that
-dies just before the copies are reached."""
+(with its write-ahead log) still holds a text, a store call cut short by a process that
+dies just before the copies are reached, and a session that began before a forget."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
+
+from navi_desktop.memory.store import MemoryStore
 
 CUT_SHORT = """
 import asyncio, os, sys
@@ -26,12 +29,29 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
-def holds(path: Path, text: str) -> bool:
+def holds(path: Path, text: str, *, any_case: bool = False) -> bool:
+    """Whether the file or its write-ahead log holds ``text`` (``any_case``: in any case)."""
+
+    def fold(data: bytes) -> bytes:
+        return data.lower() if any_case else data
+
     return any(
-        text.encode() in p.read_bytes()
+        fold(text.encode()) in fold(p.read_bytes())
         for p in (path, path.with_name(path.name + "-wal"))
         if p.exists()
     )
+
+
+async def said_then_forgotten(
+    store: MemoryStore, value: str, key: str = "secret"
+) -> tuple[Any, str]:
+    """A session whose first message came before the memory ``value`` was forgotten: the
+    session, and when that message was said."""
+    session = await store.create_session()
+    added = (await store.add_memory(value, key=key)).memory
+    before = (await store.save_message(session.id, "user", "hello")).created_at
+    await store.forget(added.id)
+    return session, before
 
 
 def cut_short(path: Path, method: str, arg: object, step: str) -> None:
