@@ -22,9 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_home import navi, offline_profile
+from tests import export_support
+from tests.daemon_home import navi
 
-SECRET = "zorbquux"
+# The fixtures, found by pytest by their names.
+environ = export_support.environ
+folder = export_support.folder
+
+SECRET = export_support.SECRET  # in the profile of the environ fixture
 
 # `navi ARGS` that stops just before the export's file is renamed over FILE (the audit event
 # of os.replace), says "writing" on stderr, and goes on when a line comes on stdin.
@@ -42,18 +47,6 @@ sys.addaudithook(pause)
 sys.argv[0] = "navi"
 runpy.run_module("navi_desktop", run_name="__main__")
 """
-
-
-@pytest.fixture
-def environ(tmp_path: Path) -> dict[str, str]:
-    return offline_profile(tmp_path / "home", "likes tea", f"the vault code is {SECRET}")
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    """Where the exports go."""
-    (tmp_path / "out").mkdir()
-    return tmp_path / "out"
 
 
 def exported(environ: dict[str, str], target: Path) -> str:
