@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from navi_desktop.paths import Paths
 from tests.fake_ollama import ThreadedFakeOllama
 from tests.pipeline_helpers import MODELS
@@ -39,11 +41,55 @@ def navi(
     )
 
 
-def offline_profile(home: Path, *memories: str) -> dict[str, str]:
+def navi_into(path: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``navi *args`` with its standard output written to ``path``; stderr captured."""
+    with path.open("w") as out:
+        return subprocess.run(
+            [sys.executable, "-m", "navi_desktop", *args],
+            env=environ,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+
+
+def one_line(
+    done: subprocess.CompletedProcess[str], code: int = 1, *, after_daemon_line: bool = False
+) -> str:
+    """The one line a refused command says on stderr. ``after_daemon_line``: a line before it
+    says that the daemon cannot start and the memory file is used directly."""
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
+    lines = done.stderr.strip().splitlines()
+    if after_daemon_line:
+        assert len(lines) == 2, done.stderr
+        assert lines[0].startswith("navi: the daemon cannot start: "), done.stderr
+        assert lines[0].endswith("; using the memory file directly"), done.stderr
+        lines = lines[1:]
+    assert len(lines) == 1 and lines[0].startswith("navi: "), done.stderr
+    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
+    return lines[0]
+
+
+def remount(mount: Path, mode: str) -> None:
+    """Mount ``mount`` again with ``mode`` ("ro", "rw"); the test is skipped where it cannot."""
+    done = subprocess.run(
+        ["mount", "-o", f"remount,{mode}", str(mount)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot remount {mount} {mode}: {done.stderr.strip()}")
+
+
+def offline_environ(home: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``navi`` with its NAVI_HOME at ``home``, no daemon and no model
-    host (nothing listens at port 9), whose profile holds ``memories``, added here."""
+    host (nothing listens at port 9); ``extra`` added last."""
     environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": "http://127.0.0.1:9"}
-    environ |= {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off"}
+    return environ | {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off", **extra}
+
+
+def offline_profile(home: Path, *memories: str) -> dict[str, str]:
+    """``offline_environ(home)``, whose profile holds ``memories``, added here."""
+    environ = offline_environ(home)
     for value in memories:
         assert navi(environ, "memory", "add", value).returncode == 0
     return environ

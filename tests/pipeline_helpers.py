@@ -118,3 +118,11 @@ async def learn(
     session_id = await new_session(store, *turns, sid=sid)
     fake.script(*replies)
     return session_id, await end_session(store, llm, session_id, settings)
+
+
+async def found_by_meaning(store: Any, value: str, prefix: str = "") -> bool:
+    """The memory ``value`` is the vector signal's first hit for its own text (after
+    ``prefix``)."""
+    hits = await store.search(prefix + value)
+    hit = next(h for h in hits if h.memory is not None and h.memory.value == value)
+    return "vector" in hit.signals and hit.signals["vector"].rank == 1

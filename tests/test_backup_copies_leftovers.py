@@ -7,58 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 from navi_desktop.memory.backup import backups_dir, make_backup, remove_leftovers
 from navi_desktop.memory.store import MemoryStore
-from tests.copies_support import holds
+from tests.copies_support import BACKUP_OR_RESTORE, add_a_secret, holds, killed_at, stopped
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
 SECRET = "zorbquux"
-
-# ``navi memory backup`` or a restore, in a process that stops at ``module.step`` (after it,
-# with "+" before the step's name): killed there, or (``wait``) waiting there until killed.
-STOPPED = """
-import os, sys, time
-from pathlib import Path
-import navi_desktop.memory.{module} as where
-from navi_desktop.memory.backup import make_backup
-from navi_desktop.memory.restore import restore_file
-
-step = {step!r}
-done = getattr(where, step.lstrip("+"))
-
-def stop(*args, **kwargs):
-    if step.startswith("+"):
-        done(*args, **kwargs)
-    if {wait!r}:
-        print("writing", flush=True)
-        time.sleep(120)
-    os._exit(9)
-
-setattr(where, step.lstrip("+"), stop)
-path = Path(sys.argv[1])
-make_backup(path) if len(sys.argv) == 2 else restore_file(Path(sys.argv[2]), path)
-"""
-
-
-def stopped(module: str, step: str, *args: Path, wait: bool = False) -> subprocess.Popen[str]:
-    script = textwrap.dedent(STOPPED).format(module=module, step=step, wait=wait)
-    return subprocess.Popen(
-        [sys.executable, "-c", script, *map(str, args)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def killed(module: str, step: str, *args: Path) -> None:
-    done = stopped(module, step, *args)
-    _, err = done.communicate(timeout=120)
-    assert done.returncode == 9, err
 
 
 def hidden(folder: Path) -> list[Path]:
@@ -71,23 +27,17 @@ def leave(path: Path, module: str, step: str, *args: Path) -> None:
     apart = path.parent.parent / f"apart-{module}-{len(args)}" / path.name
     backups_dir(apart).mkdir(parents=True)
     shutil.copyfile(path, apart)
-    killed(module, step, apart, *args)
+    killed_at(f"navi_desktop.memory.{module}", step, BACKUP_OR_RESTORE, apart, *args)
     for folder, into in ((apart.parent, path.parent), (backups_dir(apart), backups_dir(path))):
         for left in hidden(folder):
             into.mkdir(exist_ok=True)
             left.rename(into / left.name)
 
 
-async def _profile(path: Path) -> int:
-    async with await MemoryStore.open(path) as store:
-        await store.add_memory("likes tea")
-        return (await store.add_memory(f"the vault code is {SECRET}")).memory.id
-
-
 async def test_a_forget_removes_what_a_killed_backup_and_restore_left(tmp_path: Path) -> None:
     paths = make_home(tmp_path, DEAD_HOST)
     path = paths.profile_db("tester")
-    memory_id = await _profile(path)
+    memory_id = await add_a_secret(path, SECRET)
     outside = tmp_path / "ext.db"
     await asyncio.to_thread(make_backup, path, outside)
     leave(path, "backup", "_link_new")  # `navi memory backup` killed before its rename
@@ -109,8 +59,9 @@ async def test_a_forget_removes_what_a_killed_backup_and_restore_left(tmp_path: 
 
 async def test_a_backup_being_written_is_left_to_its_writer(tmp_path: Path) -> None:
     path = tmp_path / "memory.db"
-    await _profile(path)
-    writer = stopped("backup", "_link_new", path, wait=True)  # another process, copying
+    await add_a_secret(path, SECRET)
+    # another process, copying
+    writer = stopped("navi_desktop.memory.backup", "_link_new", BACKUP_OR_RESTORE, path, wait=True)
     try:
         assert writer.stdout is not None and writer.stdout.readline() == "writing\n"
         (tmp,) = hidden(backups_dir(path))

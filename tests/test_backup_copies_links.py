@@ -13,18 +13,11 @@ import time
 from pathlib import Path
 
 from navi_desktop.memory.backup import backup_files, list_backups, make_backup, unusable
-from navi_desktop.memory.store import MemoryStore
-from tests.copies_support import holds
+from tests.copies_support import add_a_secret, holds
 from tests.test_doctor_backup import db
 
 SECRET = "zorbquux"
 YEAR = 365 * 24 * 3600
-
-
-async def _add(path: Path) -> int:
-    async with await MemoryStore.open(path) as store:
-        await store.add_memory("likes tea")
-        return (await store.add_memory(f"the vault code is {SECRET}")).memory.id
 
 
 def outside_copy(home: Path, tmp_path: Path) -> Path:
@@ -37,7 +30,7 @@ def outside_copy(home: Path, tmp_path: Path) -> Path:
 
 
 def test_a_forget_never_follows_a_link_out_of_the_profile_s_folder(cli, home, tmp_path, caplog):
-    memory_id = asyncio.run(_add(db(home)))
+    memory_id = asyncio.run(add_a_secret(db(home), SECRET))
     made = make_backup(db(home)).path
     outside = outside_copy(home, tmp_path)
     before = outside.read_bytes()

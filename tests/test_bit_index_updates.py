@@ -14,6 +14,7 @@ from navi_desktop.memory import MemoryStore
 from navi_desktop.memory.documents import text_digest
 from navi_desktop.memory.vectors import MEMORY, MESSAGE, BitIndex
 from tests.fakes import BagOfWordsEmbedder
+from tests.pipeline_helpers import found_by_meaning
 
 DIM = 64
 X, Y = 7, 8  # X: the id reused; Y: an id beside it
@@ -139,12 +140,6 @@ async def index_matches_file(store: MemoryStore) -> None:
     assert held(index) == {r[0]: (MESSAGE if r[1] else MEMORY, r[2]) for r in rows}
 
 
-async def first_by_meaning(store: MemoryStore, value: str) -> bool:
-    hits = await store.search(value)
-    hit = next(h for h in hits if h.memory is not None and h.memory.value == value)
-    return "vector" in hit.signals and hit.signals["vector"].rank == 1
-
-
 async def newest_vector(store: MemoryStore) -> tuple[int, int]:
     """(embedding id, memory id) of the newest vector."""
     row = await store.db.fetchone("SELECT id, memory_id FROM embeddings ORDER BY id DESC LIMIT 1")
@@ -160,7 +155,7 @@ async def test_a_vector_replaced_under_a_reused_id_is_found_by_meaning(tmp_path,
             await store.add_memory(value)
         await store.backfill_embeddings()  # the codes wait to be added to the arrays
         if searched:
-            assert await first_by_meaning(store, values[0])
+            assert await found_by_meaning(store, values[0])
         eid, mid = await newest_vector(store)
         # The newest vector made again (two passes that picked the same text): its row is
         # deleted and inserted again, under the same id.
@@ -170,16 +165,16 @@ async def test_a_vector_replaced_under_a_reused_id_is_found_by_meaning(tmp_path,
             await store._store_vectors("memory_id", [mid], [text_digest(text)], vectors)
         assert await newest_vector(store) == (eid, mid)
         await index_matches_file(store)
-        assert await first_by_meaning(store, text)
+        assert await found_by_meaning(store, text)
         # Its text edited: the vector goes (removed), and the pass makes a new one under the
         # same id again (added).
         await store.edit(mid, value="collects old maps")
         if searched:
-            assert await first_by_meaning(store, values[0])
+            assert await found_by_meaning(store, values[0])
         await store.backfill_embeddings()
         assert await newest_vector(store) == (eid, mid)
         await index_matches_file(store)
-        assert await first_by_meaning(store, "collects old maps")
+        assert await found_by_meaning(store, "collects old maps")
         # Edited again and not made again yet: no code left for it.
         await store.edit(mid, value="keeps bees")
         await index_matches_file(store)

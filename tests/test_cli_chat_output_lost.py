@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_home import navi_home
+from tests.daemon_home import navi_home, navi_into, one_line
 from tests.fake_ollama import Reply
-from tests.test_cli_unhappy_2 import _navi_into, _one_line
 
 REPLY = "Lisbon is lovely in spring"
 FULL = "navi: cannot write the output: disk full; it is cut short, "
@@ -31,7 +30,7 @@ FIX = ": free some space, or send it to another disk"
 def test_a_chat_whose_output_is_lost_names_the_session_that_keeps_it(options: list[str]) -> None:
     with navi_home() as h:
         h.fake.script(Reply(chunks=[f"{word} " for word in REPLY.split()]))
-        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", *options, "travel?"))
+        line = one_line(navi_into(Path("/dev/full"), h.environ, "chat", *options, "travel?"))
         found = re.fullmatch(
             re.escape(FULL)
             + r"and the conversation is kept in session (\w+) \(see it: `(.+)`\)"
@@ -49,7 +48,7 @@ def test_a_chat_whose_output_is_lost_names_the_session_that_keeps_it(options: li
 
 def test_an_incognito_chat_whose_output_is_lost_claims_nothing_was_kept() -> None:
     with navi_home() as h:
-        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", "--incognito", "hi"))
+        line = one_line(navi_into(Path("/dev/full"), h.environ, "chat", "--incognito", "hi"))
         assert re.fullmatch(
             re.escape(FULL)
             + r"and the incognito conversation is not saved \(session incognito-\w+\)"
@@ -68,7 +67,7 @@ def test_a_model_that_fails_mid_reply_is_said_even_when_the_output_is_lost(tmp_p
             h.fake.script(
                 Reply(chunks=["Lisbon ", "is ", "lovely "], error="model ran out of memory")
             )
-            lines[out.name] = _one_line(_navi_into(out, h.environ, "chat", "travel?"))
+            lines[out.name] = one_line(navi_into(out, h.environ, "chat", "travel?"))
         assert "model ran out of memory" in lines["reply.txt"], lines
         assert "model ran out of memory" in lines["full"], lines
         assert "disk full" not in lines["full"], lines
@@ -83,7 +82,7 @@ def test_a_chat_whose_output_is_lost_stops_its_turn_and_keeps_what_came() -> Non
     words = [f"w{i} " for i in range(40)]
     with navi_home() as h:
         h.fake.script(Reply(chunks=words, delay=0.5))  # 20 s in all
-        line = _one_line(_navi_into(Path("/dev/full"), h.environ, "chat", "count"))
+        line = one_line(navi_into(Path("/dev/full"), h.environ, "chat", "count"))
         session = re.search(r"kept in session (\w+)", line)
         assert session, line
         deadline = time.monotonic() + 30

@@ -32,25 +32,18 @@ import pytest
 
 from navi_desktop.daemon.client import RpcCallError, call_sync
 from navi_desktop.daemon.rpc import Peer, RpcServer
-from tests.daemon_home import CONFIG, kill_left_daemon, mode, navi
+from tests.daemon_home import (
+    CONFIG,
+    kill_left_daemon,
+    mode,
+    navi,
+    navi_into,
+    offline_environ,
+    one_line,
+    remount,
+)
 from tests.nobody import NOBODY_UID, needs_root, run_as_nobody
 from tests.test_disk_full import fill, small_disk
-from tests.test_read_only_disk import remount
-from tests.tui_support import DEAD_HOST
-
-
-def _environ(home: Path, **extra: str) -> dict[str, str]:
-    environ = {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": DEAD_HOST}
-    return environ | {"NAVI_EMBEDDER": "none", "NAVI_DAEMON": "off", **extra}
-
-
-def _one_line(done: subprocess.CompletedProcess[str], code: int = 1) -> str:
-    """The one line a refused command says on stderr."""
-    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("navi: "), done.stderr
-    assert "Traceback" not in done.stderr and "internal error" not in done.stderr
-    return lines[0]
 
 
 def _import(environ: dict[str, str], folder: Path, count: int, size: int = 400) -> None:
@@ -78,25 +71,12 @@ def _stopped_after(environ: dict[str, str]) -> Iterator[None]:
 # -- standard output on a full disk ----------------------------------------------------------
 
 
-def _navi_into(path: Path, environ: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """``navi *args`` with its standard output written to ``path``; stderr captured."""
-    with path.open("w") as out:
-        return subprocess.run(
-            [sys.executable, "-m", "navi_desktop", *args],
-            env=environ,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            text=True,
-            timeout=60,
-        )
-
-
 @pytest.mark.parametrize("unbuffered", [True, False], ids=["PYTHONUNBUFFERED", "buffered"])
 @pytest.mark.parametrize("form", ["json", "markdown"])
 def test_an_export_to_a_nearly_full_disk_is_refused_in_one_line_not_cut_silently(
     tmp_path: Path, unbuffered: bool, form: str
 ) -> None:
-    environ = _environ(tmp_path / "home")
+    environ = offline_environ(tmp_path / "home")
     environ.pop("PYTHONUNBUFFERED", None)
     if unbuffered:
         environ["PYTHONUNBUFFERED"] = "1"
@@ -107,7 +87,7 @@ def test_an_export_to_a_nearly_full_disk_is_refused_in_one_line_not_cut_silently
         filler = fill(disk)
         os.truncate(filler, filler.stat().st_size - (64 << 10))  # room for a part of it
         target = disk / "export.out"
-        line = _one_line(_navi_into(target, environ, "memory", "export", "--format", form))
+        line = one_line(navi_into(target, environ, "memory", "export", "--format", form))
         assert line.startswith(f"navi: cannot write the output: disk full (0.0 MB free in {disk})")
         assert f"{target} is cut short" in line and line.endswith(
             "free some space, or send it to another disk"
@@ -131,12 +111,12 @@ def test_output_that_cannot_be_written_is_said_whatever_the_command(
 ) -> None:
     """/dev/full refuses every write: a short output was kept in the buffer until exit,
     where Python only warned ("Exception ignored") that its flush failed."""
-    environ = _environ(tmp_path / "home")
+    environ = offline_environ(tmp_path / "home")
     environ.pop("PYTHONUNBUFFERED", None)
     if unbuffered:
         environ["PYTHONUNBUFFERED"] = "1"
     assert navi(environ, "memory", "add", "likes tea").returncode == 0
-    line = _one_line(_navi_into(Path("/dev/full"), environ, *argv))
+    line = one_line(navi_into(Path("/dev/full"), environ, *argv))
     assert line == (
         "navi: cannot write the output: disk full; it is cut short: free some space, or send"
         " it to another disk"
@@ -165,7 +145,7 @@ def test_every_folder_navi_makes_is_private_whatever_the_umask(
     """Under `umask 000` the folders above the run and state folders (a missing NAVI_HOME,
     and its missing parents) were made 0777: another user could swap Navi's in them."""
     home = tmp_path / "rt" / "um"
-    environ = _environ(home, NAVI_DAEMON=daemon)
+    environ = offline_environ(home, NAVI_DAEMON=daemon)
     with _stopped_after(environ):
         done = subprocess.run(
             [sys.executable, "-m", "navi_desktop", *argv],
@@ -189,7 +169,7 @@ def shared_home() -> Iterator[Path]:
     try:
         root.chmod(0o755)
         home = root / "home"
-        assert navi(_environ(home), "memory", "add", "likes tea").returncode == 0
+        assert navi(offline_environ(home), "memory", "add", "likes tea").returncode == 0
         home.chmod(0o777)
         yield home
     finally:
@@ -206,12 +186,12 @@ def test_a_data_folder_another_user_put_in_place_is_refused_not_used(shared_home
         os.chmod(theirs, 0o777)
 
     run_as_nobody(swap)
-    environ = _environ(shared_home)
+    environ = offline_environ(shared_home)
     for argv in (["list"], ["add", "likes rain"], ["--json", "export"]):
         for daemon in ("off", "on"):
             with _stopped_after(environ):
                 done = navi({**environ, "NAVI_DAEMON": daemon}, "memory", *argv)
-            line = _one_line(done)
+            line = one_line(done)
             assert f"refusing the data folder {theirs}: it belongs to uid {NOBODY_UID}" in line, (
                 line
             )
@@ -227,7 +207,7 @@ def test_a_data_folder_another_user_put_in_place_is_refused_not_used(shared_home
 def test_a_folder_of_navis_that_others_can_write_in_is_refused(
     shared_home: Path, folder: str
 ) -> None:
-    environ = _environ(shared_home)
+    environ = offline_environ(shared_home)
     with _stopped_after(environ):  # never left running, whatever fails
         assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "start").returncode == 0
         assert navi({**environ, "NAVI_DAEMON": "on"}, "daemon", "stop").returncode == 0
@@ -235,7 +215,7 @@ def test_a_folder_of_navis_that_others_can_write_in_is_refused(
     where = next(profiles.iterdir()) if folder == "profile" else shared_home / folder
     assert where.is_dir()
     where.chmod(0o777)
-    line = _one_line(navi(environ, "memory", "add", "likes rain"))
+    line = one_line(navi(environ, "memory", "add", "likes rain"))
     assert f" {where}: it can be written in by others (mode 0777)" in line, line
     assert line.endswith(f"make it private (`chmod 700 {where}`), or set NAVI_HOME")
     assert mode(where) == 0o777  # left as it is: the user checks it first
@@ -251,7 +231,7 @@ def config_disk(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     """A running daemon whose config folder is a small disk of its own."""
     home = tmp_path / "home"
     home.mkdir()
-    environ = _environ(home, NAVI_DAEMON="on")
+    environ = offline_environ(home, NAVI_DAEMON="on")
     with small_disk(home / "config", "1m") as config:
         (config / "config.toml").write_text(CONFIG)
         with _stopped_after(environ):
@@ -341,7 +321,7 @@ async def test_a_type_error_inside_a_method_is_an_internal_error_logged(
 
 def test_show_on_a_read_only_disk_reads_the_memory(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", "32m") as disk:
-        environ = _environ(disk / "home")
+        environ = offline_environ(disk / "home")
         assert navi(environ, "memory", "add", "likes tea").returncode == 0
         before = {p: p.read_bytes() for p in disk.rglob("*") if p.is_file()}
         remount(disk, "ro")
@@ -352,7 +332,7 @@ def test_show_on_a_read_only_disk_reads_the_memory(tmp_path: Path) -> None:
             shown = navi({**environ, "NAVI_DAEMON": "on"}, "memory", "--json", "show", "1")
             assert shown.returncode == 0, shown.stderr  # the daemon cannot start: the file
             assert json.loads(shown.stdout)["memory"]["value"] == "likes tea"
-            missing = _one_line(navi(environ, "memory", "show", "7"), code=2)
+            missing = one_line(navi(environ, "memory", "show", "7"), code=2)
             assert missing == "navi: no memory with id 7"
         finally:
             remount(disk, "rw")
@@ -369,9 +349,9 @@ def test_sessions_with_navi_daemon_off_say_they_need_the_daemon(
 ) -> None:
     """They started the daemon all the same, and where it could not start (a read-only
     disk) said "the daemon cannot start", as if the user had not turned it off."""
-    environ = _environ(tmp_path / "home")
+    environ = offline_environ(tmp_path / "home")
     with _stopped_after(environ):
-        line = _one_line(navi(environ, *argv))
+        line = one_line(navi(environ, *argv))
         assert line == (
             f"navi: `navi {' '.join(argv[:2] if argv[0] == 'sessions' else argv[:1])}` needs"
             " the daemon (sessions and chats live in it), which is not running, and"
@@ -387,11 +367,11 @@ def test_sessions_with_navi_daemon_off_say_they_need_the_daemon(
 
 def test_sessions_with_navi_daemon_off_on_a_read_only_disk(tmp_path: Path) -> None:
     with small_disk(tmp_path / "disk", "8m") as disk:
-        environ = _environ(disk / "home")
+        environ = offline_environ(disk / "home")
         assert navi(environ, "memory", "add", "likes tea").returncode == 0
         remount(disk, "ro")
         try:
-            line = _one_line(navi(environ, "sessions", "list"))
+            line = one_line(navi(environ, "sessions", "list"))
         finally:
             remount(disk, "rw")
         assert "needs the daemon" in line and "NAVI_DAEMON=off" in line, line

@@ -29,10 +29,11 @@ from pathlib import Path
 import pytest
 
 from navi_desktop.memory.backup import backup_problem
+from tests import export_support
 from tests.copies_support import holds
-from tests.daemon_home import navi, offline_profile
+from tests.daemon_home import navi
 
-SECRET = "zorbquux"
+SECRET = export_support.SECRET
 
 # `navi ARGS` that stops just before its file is renamed over FILE or linked to it (the audit
 # events of os.replace and os.link), says "writing" on stderr, and goes on when a line comes
@@ -76,16 +77,8 @@ BACKUP = Writer(("memory", "backup", "--to"), ".db", "Backed up ", "backup or re
 WRITERS = pytest.mark.parametrize("writer", [EXPORT, BACKUP], ids=["export", "backup"])
 
 
-@pytest.fixture
-def environ(tmp_path: Path) -> dict[str, str]:
-    return offline_profile(tmp_path / "home", "likes tea", f"the vault code is {SECRET}")
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    """Where the copies go."""
-    (tmp_path / "out").mkdir()
-    return tmp_path / "out"
+environ = export_support.environ
+folder = export_support.folder
 
 
 def written(environ: dict[str, str], writer: Writer, target: Path) -> str:

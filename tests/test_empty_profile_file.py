@@ -10,9 +10,6 @@ writes it, so an empty file with no such backup is still a new profile.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -23,24 +20,7 @@ from navi_desktop.memory.salvage import recover
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
 from tests.daemon_home import navi
-
-NEW_FILE_KILLED = """
-import asyncio, os, sys
-from navi_desktop.memory.store import MemoryStore
-
-async def main(path):
-    store = await MemoryStore.open(path)
-    await store.add_memory("a fresh start")
-    os._exit(9)  # killed before the first checkpoint: its log holds most of it
-
-asyncio.run(main(sys.argv[1]))
-"""
-
-
-async def values(path: Path) -> list[str]:
-    async with await MemoryStore.open(path) as store:
-        memories, _ = await store.list_memories()
-        return sorted(m.value for m in memories)
+from tests.writer_support import killed, values
 
 
 async def test_an_emptied_file_is_refused_only_beside_backups_that_hold_memories(
@@ -76,7 +56,5 @@ async def test_an_emptied_file_is_refused_only_beside_backups_that_hold_memories
     assert recovered.copied["memories"] == 2
 
     path.unlink()  # starting afresh, beside those backups
-    script = textwrap.dedent(NEW_FILE_KILLED)
-    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True)
-    assert done.returncode == 9, done.stderr.decode()
+    killed(path, "a fresh start")  # before the first checkpoint: its log holds most of it
     assert await values(path) == ["a fresh start"]

@@ -21,15 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.daemon_home import navi, offline_profile
+from tests import export_support
+from tests.daemon_home import navi
 from tests.nobody import give_to_nobody, lock_held_by_nobody, needs_root
 
+# The fixtures, found by pytest by their names.
+environ = export_support.environ
+
 pytestmark = needs_root
-
-
-@pytest.fixture
-def environ(tmp_path: Path) -> dict[str, str]:
-    return offline_profile(tmp_path / "home", "likes tea", "the vault code is zorbquux")
 
 
 @pytest.fixture

@@ -19,21 +19,15 @@ from pathlib import Path
 import pytest
 
 from navi_desktop.fileio import write_private_atomic
-from tests.daemon_home import navi, offline_profile
+from tests import export_support
+from tests.daemon_home import navi
+
+# The fixtures, found by pytest by their names.
+environ = export_support.environ
+folder = export_support.folder
 
 # 250 bytes: "m" * 245 + ".json"; 253 bytes, cut at a character: "é" (2 bytes) * 124 + ".json"
 NAMES = ["m" * 245 + ".json", "é" * 124 + ".json"]
-
-
-@pytest.fixture
-def environ(tmp_path: Path) -> dict[str, str]:
-    return offline_profile(tmp_path / "home", "likes tea", "the vault code is zorbquux")
-
-
-@pytest.fixture
-def folder(tmp_path: Path) -> Path:
-    (tmp_path / "out").mkdir()
-    return tmp_path / "out"
 
 
 @pytest.mark.parametrize("name", NAMES, ids=["250-bytes", "253-bytes-multibyte"])

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,18 +23,7 @@ from navi_desktop.memory.store import MemoryStore
 from navi_desktop.memory.walcheck import scan
 from navi_desktop.paths import Paths
 from tests.daemon_home import navi
-
-NAVI_WRITER = """
-import asyncio, os, sys
-from navi_desktop.memory.store import MemoryStore
-
-async def main(path, text):
-    store = await MemoryStore.open(path)
-    await store.add_memory(text)
-    os._exit(9)  # killed: the log stays, with the save not yet in the file
-
-asyncio.run(main(*sys.argv[1:]))
-"""
+from tests.writer_support import killed, log, values
 
 # Another tool's in-place change: its commits never rewrite page 1 (the file's header).
 TOOL_WRITER = """
@@ -49,30 +35,10 @@ os._exit(9)
 """
 
 
-def killed(writer: str, path: Path, text: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(writer), str(path), text],
-        capture_output=True,
-        timeout=60,
-    )
-    assert done.returncode == 9, done.stderr.decode()
-    assert log(path).stat().st_size > 0
-
-
-def log(path: Path) -> Path:
-    return path.with_name(path.name + "-wal")
-
-
 async def make(path: Path, *texts: str) -> None:
     async with await MemoryStore.open(path) as store:
         for text in texts:
             await store.add_memory(text)
-
-
-async def values(path: Path) -> list[str]:
-    async with await MemoryStore.open(path) as store:
-        memories, _ = await store.list_memories()
-        return sorted(m.value for m in memories)
 
 
 def put_beside(source: Path, path: Path) -> None:
@@ -104,10 +70,10 @@ async def test_another_profiles_log_is_refused_and_the_files_own_is_replayed(
     a, b = tmp_path / "a" / "memory.db", tmp_path / "b" / "memory.db"
     await make(a, "alpha likes tea")
     await make(b, "beta likes coffee")
-    killed(NAVI_WRITER, a, "alpha saved just before a crash")
+    killed(a, "alpha saved just before a crash")
     assert await values(a) == ["alpha likes tea", "alpha saved just before a crash"]
 
-    killed(NAVI_WRITER, b, "beta saved just before a crash")
+    killed(b, "beta saved just before a crash")
     put_beside(b, a)
     await refused(a, "its saves are of a Navi memory file with another id")
 
@@ -119,11 +85,11 @@ async def test_a_log_of_in_place_writes_is_checked_by_the_size_it_leaves(tmp_pat
     a, b = tmp_path / "a" / "memory.db", tmp_path / "b" / "memory.db"
     await make(a, "alpha likes tea")
     await make(b, *(f"beta note {i} " + "x" * 400 for i in range(30)))
-    killed(TOOL_WRITER, a, "alpha likes green tea")
+    killed(a, "alpha likes green tea", writer=TOOL_WRITER)
     assert not scan(log(a)).page_one  # what makes it another tool's: no id in it
     assert await values(a) == ["alpha likes green tea"]
 
-    killed(TOOL_WRITER, b, "beta was here")
+    killed(b, "beta was here", writer=TOOL_WRITER)
     put_beside(b, a)
     await refused(a, "its saves are of a database of")
 
@@ -135,12 +101,12 @@ async def test_a_file_upgraded_just_before_a_crash_keeps_its_log(tmp_path: Path)
     db = await Database.open(a)
     await migrate(db, MIGRATIONS[:13])  # the steps before 0014_file_id
     await db.close()
-    killed(NAVI_WRITER, a, "alpha saved on the upgrade")
+    killed(a, "alpha saved on the upgrade")
     assert a.read_bytes()[60:64] == bytes(4)  # no id in the file yet
     assert await values(a) == ["alpha saved on the upgrade"]
 
     await make(b, "beta likes coffee")
-    killed(NAVI_WRITER, b, "beta saved just before a crash")
+    killed(b, "beta saved just before a crash")
     put_beside(b, a)
     await refused(a, "with another id")
 
@@ -153,7 +119,7 @@ def test_a_file_copied_into_place_over_the_profiles_old_log_is_refused(tmp_path:
     for path, text in ((a, "alpha likes tea"), (b, "beta likes coffee")):
         done = navi(environ, "memory", "add", text, "--profile", path.parent.name)
         assert done.returncode == 0, done.stderr
-    killed(NAVI_WRITER, a, "alpha saved just before a crash")
+    killed(a, "alpha saved just before a crash")
     shutil.copy(b, a)
     before = files(a)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from navi_desktop.memory import MemoryStore
+from tests.copies_support import said_then_forgotten
 from tests.fake_ollama import Reply
 from tests.test_tui_inspector import add
 from tests.tui_support import Daemon
@@ -72,20 +72,10 @@ async def test_a_reply_streaming_while_the_user_forgets_is_saved_without_it(
     assert bytes_kept(daemon) == 0
 
 
-async def said_then_forgotten(store: MemoryStore) -> tuple[Any, str]:
-    """A session whose first message came before the secret's memory was forgotten: the
-    session, and when that message was said."""
-    session = await store.create_session()
-    gate = (await store.add_memory(SECRET, key="gate code")).memory
-    before = (await store.save_message(session.id, "user", "hello")).created_at
-    await store.forget(gate.id)
-    return session, before
-
-
 async def test_what_is_said_after_a_forget_is_kept_as_said(tmp_path: Path) -> None:
     """Only what was forgotten after the message was made is redacted."""
     async with await MemoryStore.open(tmp_path / "memory.db") as store:
-        session, before = await said_then_forgotten(store)
+        session, before = await said_then_forgotten(store, SECRET, key="gate code")
         late = await store.save_message(
             session.id,
             "tool",
@@ -136,7 +126,7 @@ async def test_an_accented_variant_said_during_the_turn_goes_too(tmp_path: Path)
     """Forget folds accents as search does; the look at what was forgotten meanwhile did
     not, so a reply saying "ZQXSECRÉT42" was saved as it was, and found by the value."""
     async with await MemoryStore.open(tmp_path / "memory.db") as store:
-        session, before = await said_then_forgotten(store)
+        session, before = await said_then_forgotten(store, SECRET, key="gate code")
         late = await store.save_message(
             session.id, "assistant", "it is ZQXSECR\u00c9T42", said_at=before
         )

@@ -18,6 +18,7 @@ from navi_desktop.memory.outbox import Outbox
 from navi_desktop.memory.pg import PgMemoryStore
 from navi_desktop.memory.pg.buffered import BufferedStore
 from navi_desktop.memory.store import MemoryStore
+from tests.copies_support import holds, said_then_forgotten
 from tests.pg_support import profile_name
 
 # (the value forgotten, a text said before the forget, that text as saved, a word of the
@@ -54,12 +55,6 @@ CASES = [
 ]
 
 
-def holds(path: Path, word: str) -> bool:
-    """Whether the file or its write-ahead log holds ``word``, in any case."""
-    files = (path, path.with_name(path.name + "-wal"))
-    return any(word.encode() in f.read_bytes().lower() for f in files if f.exists())
-
-
 @pytest.mark.parametrize(
     ("phrase", "text", "expected"),
     [
@@ -86,22 +81,13 @@ def test_a_phrase_matches_its_words_however_they_are_written(phrase, text, expec
     assert Matcher.of_phrases([phrase]).redact(text)[0] == expected
 
 
-async def said_before_a_forget(store, value: str):
-    """A session, when its first message was said, and ``value`` forgotten after that."""
-    session = await store.create_session()
-    before = (await store.save_message(session.id, "user", "hello")).created_at
-    added = (await store.add_memory(value, key="secret")).memory
-    await store.forget(added.id)
-    return session, before
-
-
 @pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
 async def test_a_reply_saved_after_a_forget_is_saved_without_it(
     tmp_path: Path, value, text, expected, word
 ) -> None:
     path = tmp_path / "memory.db"
     async with await MemoryStore.open(path) as store:
-        session, before = await said_before_a_forget(store, value)
+        session, before = await said_then_forgotten(store, value)
         late = await store.save_message(
             session.id, "tool", text, meta={"arguments": {"said": text}}, said_at=before
         )
@@ -112,7 +98,7 @@ async def test_a_reply_saved_after_a_forget_is_saved_without_it(
         assert await store.search(word, kinds=["message"]) == []
         indexed = f"SELECT count(*) FROM messages_fts WHERE messages_fts MATCH '\"{word}\"'"
         assert await store.db.scalar(indexed) == 0
-    assert not holds(path, word)
+    assert not holds(path, word, any_case=True)
 
 
 @pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
@@ -163,7 +149,7 @@ async def test_a_value_only_the_meta_holds_is_found_in_the_text_it_stands_for(
     """The meta was looked at as JSON text, where escapes ("\\n", "\\u00c9", "\\t") glue a
     word to the one before: a tool's result "saved.\\n<value>" was saved as said."""
     async with await MemoryStore.open(tmp_path / "memory.db") as store:
-        session, said = await said_before_a_forget(store, "PELICAN-9439")
+        session, said = await said_then_forgotten(store, "PELICAN-9439")
         late = await store.save_message(
             session.id,
             "tool",
@@ -205,4 +191,5 @@ def test_a_restore_finds_forgotten_words_inside_a_messages_meta(tmp_path: Path) 
     asyncio.run(forget())
     done = restore_file(tmp_path / "b.db", path)
     assert done.redacted_again >= 2
-    assert not holds(path, "zqxsecr") and not holds(path, "pelican")
+    assert not holds(path, "zqxsecr", any_case=True)
+    assert not holds(path, "pelican", any_case=True)

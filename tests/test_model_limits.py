@@ -51,6 +51,15 @@ async def drain(events: AsyncIterator[Any]) -> None:
         pass
 
 
+async def chat_refused(fake: FakeOllama) -> tuple[str, int]:
+    """A chat with 'llama3.2' at ``fake``, which must be refused (OllamaError): what it said,
+    and the most bytes Python held while it ran."""
+    async with OllamaBackend(fake.url, timeout=3) as backend:
+        with peak_memory() as peak, pytest.raises(OllamaError) as err:
+            await drain(backend.chat_stream("llama3.2", USER))
+    return str(err.value), peak[0]
+
+
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeOllama]:
     async with FakeOllama() as server:
@@ -59,14 +68,12 @@ async def fake() -> AsyncIterator[FakeOllama]:
 
 async def test_a_chat_line_without_end_is_refused_at_its_limit(fake: FakeOllama) -> None:
     fake.script(ENDLESS)
-    async with OllamaBackend(fake.url, timeout=3) as backend:
-        with peak_memory() as peak, pytest.raises(OllamaError) as err:
-            await drain(backend.chat_stream("llama3.2", USER))
-    assert str(err.value) == (
+    said, peak = await chat_refused(fake)
+    assert said == (
         f"the model server at {fake.url} sent a reply line over 4 MB during the chat with"
         f" 'llama3.2' (waiting for the first token) — {HINT}"
     )
-    assert peak[0] < 3 * CHAT_LIMIT.line
+    assert peak < 3 * CHAT_LIMIT.line
     await fake.wait_for_disconnect()
 
 
@@ -112,14 +119,12 @@ async def test_an_endless_error_page_is_refused_though_a_stream_was_asked(
     """An error's body is read whole, streamed request or not: a proxy's page without end."""
     page = Reply(status=502, raw=b"<html><body>", endless=b"<p>bad gateway</p>\n" * 4096)
     fake.path_replies["/api/chat"] = page
-    async with OllamaBackend(fake.url, timeout=3) as backend:
-        with peak_memory() as peak, pytest.raises(OllamaError) as err:
-            await drain(backend.chat_stream("llama3.2", USER))
-    assert str(err.value) == (
+    said, peak = await chat_refused(fake)
+    assert said == (
         f"the model server at {fake.url} sent a reply over 1 MB during the chat with"
         f" 'llama3.2' (waiting for the first token) — {HINT}"
     )
-    assert peak[0] < 5 * MB
+    assert peak < 5 * MB
 
 
 def gzip_of_spaces(size: int) -> bytes:

@@ -14,7 +14,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +28,7 @@ from navi_desktop.paths import Paths
 from tests.daemon_home import navi as run_navi
 from tests.nobody import run_as_nobody
 from tests.tui_support import DEAD_HOST, Daemon, make_home
+from tests.writer_support import killed
 
 NOBODY = 65534
 
@@ -112,26 +112,13 @@ def another_users_file(path: Path) -> None:
     _give_away(path)
 
 
-KILLED_WRITER = """
-import asyncio, os, sys
-from navi_desktop.memory.store import MemoryStore
-
-async def main(path):
-    store = await MemoryStore.open(path)
-    await store.add_memory("saved by another profile's daemon")
-    os._exit(9)  # killed: its log stays
-
-asyncio.run(main(sys.argv[1]))
-"""
-
-
 def another_databases_log(path: Path) -> None:
     """The log a killed writer of another profile's file left, moved beside this one (see
     test_foreign_log.py): SQLite replayed it as this file's."""
     other = path.parents[2] / "elsewhere" / "memory.db"
     other.parent.mkdir()
     shutil.copy(path.parents[1] / "good" / "memory.db", other)
-    subprocess.run([sys.executable, "-c", KILLED_WRITER, str(other)], timeout=60, check=False)
+    killed(other, "saved by another profile's daemon")
     for suffix in ("-wal", "-shm"):
         shutil.copy(f"{other}{suffix}", f"{path}{suffix}")
 

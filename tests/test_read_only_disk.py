@@ -8,9 +8,7 @@ opens the file without writing anything to it or beside it."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,17 +19,9 @@ from navi_desktop.memory.db import Database
 from navi_desktop.memory.migrations import MIGRATIONS, migrate
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.paths import Paths
-from tests.daemon_home import navi
+from tests.daemon_home import navi, offline_environ, one_line, remount
 from tests.test_disk_full import small_disk
 from tests.tui_support import DEAD_HOST, Daemon, make_home
-
-
-def remount(mount: Path, mode: str) -> None:
-    done = subprocess.run(
-        ["mount", "-o", f"remount,{mode}", str(mount)], capture_output=True, text=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot remount {mount} {mode}: {done.stderr.strip()}")
 
 
 async def test_a_read_only_file_system_is_named_and_the_profile_opens_once_writable(
@@ -66,15 +56,6 @@ async def test_a_read_only_file_system_is_named_and_the_profile_opens_once_writa
             await daemon.stop()
 
 
-def _environ(home: Path, **extra: str) -> dict[str, str]:
-    return {**os.environ, "NAVI_HOME": str(home), "OLLAMA_HOST": DEAD_HOST, **extra}
-
-
-def _one_line(done: subprocess.CompletedProcess[str]) -> str:
-    assert done.returncode == 1 and "Traceback" not in done.stderr, (done.stdout, done.stderr)
-    return done.stderr.strip().splitlines()[-1]
-
-
 async def test_a_whole_navi_home_on_a_read_only_disk_can_still_be_read(tmp_path: Path) -> None:
     """Reads open the file without writing anything to it or beside it; every write, the
     daemon's start included, names the read-only file system and the fix."""
@@ -86,7 +67,7 @@ async def test_a_whole_navi_home_on_a_read_only_disk_can_still_be_read(tmp_path:
         before = {p: p.read_bytes() for p in (disk / "home").rglob("*") if p.is_file()}
         remount(disk, "ro")
         try:
-            env = _environ(disk / "home")
+            env = offline_environ(disk / "home", NAVI_DAEMON="on", NAVI_EMBEDDER="auto")
             listed = navi(env, "memory", "list")
             assert listed.returncode == 0, listed.stderr
             assert "likes tea" in listed.stdout and "lives in Porto" in listed.stdout
@@ -103,8 +84,12 @@ async def test_a_whole_navi_home_on_a_read_only_disk_can_still_be_read(tmp_path:
             }
             doctor = navi(env, "memory", "doctor")
             assert doctor.returncode == 0 and "file system is read-only" in doctor.stdout
-            for args in (("memory", "add", "x"), ("memory", "backup"), ("daemon", "start")):
-                line = _one_line(navi(env, *args))
+            for args, tried in (
+                (("memory", "add", "x"), True),
+                (("memory", "backup"), False),
+                (("daemon", "start"), False),
+            ):
+                line = one_line(navi(env, *args), after_daemon_line=tried)
                 assert "read-only" in line and "mount it read-write again" in line, line
         finally:
             remount(disk, "rw")
@@ -127,13 +112,13 @@ async def test_a_log_left_without_its_index_on_a_read_only_disk_is_named(tmp_pat
                 shutil.copy(f"{db}{suffix}", f"{other}{suffix}")
         remount(disk, "ro")
         try:
-            env = _environ((disk / "home"), NAVI_DAEMON="off")
+            env = offline_environ(disk / "home", NAVI_EMBEDDER="auto")
             listed = navi(env, "memory", "list", "--profile", "other")
             assert listed.returncode == 0 and "likes tea" in listed.stdout, listed.stderr
             remount(disk, "rw")
             Path(f"{other}-shm").unlink()
             remount(disk, "ro")
-            line = _one_line(navi(env, "memory", "list", "--profile", "other"))
+            line = one_line(navi(env, "memory", "list", "--profile", "other"))
             assert "memory.db-wal holds saves" in line and "memory.db-shm" in line, line
             assert "mount it read-write again" in line
         finally:
@@ -195,15 +180,14 @@ async def test_an_empty_memory_file_on_a_read_only_disk_is_said_to_be_there_and_
         db = _empty_profile(paths)
         remount(disk, "ro")
         try:
-            env = _environ(disk / "home", NAVI_DAEMON="off", NAVI_EMBEDDER="none")
+            env = offline_environ(disk / "home")
             for args in (("memory", "list"), ("memory", "export"), ("memory", "stats")):
                 done = navi(env, *args)
                 assert done.stderr.count("\n") == 1 and done.stdout == "", done.stderr
-                _empty_and_read_only(_one_line(done), db)
+                _empty_and_read_only(one_line(done), db)
             # With the daemon on, the line before says why it is not used (it cannot start).
-            _empty_and_read_only(
-                _one_line(navi({**env, "NAVI_DAEMON": "on"}, "memory", "list")), db
-            )
+            tried = navi({**env, "NAVI_DAEMON": "on"}, "memory", "list")
+            _empty_and_read_only(one_line(tried, after_daemon_line=True), db)
 
             doctor = navi(env, "memory", "doctor")
             assert doctor.returncode == 1 and doctor.stderr == "", doctor.stderr
@@ -216,7 +200,7 @@ async def test_an_empty_memory_file_on_a_read_only_disk_is_said_to_be_there_and_
 
             backup = navi(env, "memory", "backup")
             assert backup.stderr.count("\n") == 1, backup.stderr
-            line = _one_line(backup)
+            line = one_line(backup)
             assert "file system is read-only" in line and "mount it read-write again" in line
             assert "no memory file" not in line
         finally:

@@ -17,12 +17,13 @@ from navi_desktop.memory.doctor import examine
 from navi_desktop.memory.embedders import OllamaEmbedder
 from navi_desktop.memory.maintenance import SIZE_CHECK
 from tests.fake_ollama import FakeModel, FakeOllama
-from tests.pipeline_helpers import make_backend
+from tests.pipeline_helpers import found_by_meaning, make_backend
 
 NAME = "mini-embed"  # no task prefixes: a query of a memory's own text is its vector
 EMBEDDER = FakeModel(NAME, ("embedding",), "bert", "22M", "F16", 45_000_000, embed_dim=8)
 VALUES = ("drinks green tea", "lives in Porto", "rides a red bicycle")
 ODD = "plays the cello on Sundays"
+USER = "user: "  # searched for before a memory's own text
 
 
 def answer_at(fake: FakeOllama, dim: int) -> None:
@@ -48,13 +49,6 @@ async def sizes(store: Any) -> dict[str, list[int]]:
     return out
 
 
-async def found_by_meaning(store: Any, value: str) -> bool:
-    """The memory is the vector signal's first hit for its own text."""
-    hits = await store.search(f"user: {value}")
-    hit = next(h for h in hits if h.memory is not None and h.memory.value == value)
-    return "vector" in hit.signals and hit.signals["vector"].rank == 1
-
-
 async def one_odd_vector(store: Any, fake: FakeOllama) -> None:
     """Three memories at 8 dimensions, then one the server answered at 12."""
     for value in VALUES:
@@ -76,7 +70,7 @@ async def test_a_vector_of_another_size_is_made_again_and_found_by_meaning(tmp_p
         async with await MemoryStore.open(path, embedder=embedder) as store:  # a new start
             assert await store.backfill_embeddings() == 1
             assert await sizes(store) == {v: [8] for v in (*VALUES, ODD)}
-            assert await found_by_meaning(store, ODD)
+            assert await found_by_meaning(store, ODD, USER)
             assert await store.missing_embeddings() == 0
 
 
@@ -106,7 +100,7 @@ async def test_on_a_memory_server_machines_of_two_sizes_leave_each_others_vector
             ]
             assert not [texts for texts in asked if SIZE_CHECK in texts], asked
             assert await sizes(a) == {v: [8] for v in VALUES}
-            assert await found_by_meaning(a, VALUES[1])  # the first machine's search works
+            assert await found_by_meaning(a, VALUES[1], USER)  # the first machine's search works
             hits = await b.search("Porto")  # the other's by words
             assert hits[0].memory.value == VALUES[1] and "vector" not in hits[0].signals
 
@@ -127,7 +121,7 @@ async def test_a_whole_profile_moves_to_the_models_new_size(tmp_path):
             assert hits[0].memory.value == values[2] and "vector" not in hits[0].signals
             assert await store.missing_embeddings() == 6
             assert await store.backfill_embeddings(batch=2, limit=2) == 2
-            assert await found_by_meaning(store, values[0])
+            assert await found_by_meaning(store, values[0], USER)
             hits = await store.search("chess")
             assert hits[0].memory.value == values[2] and "vector" not in hits[0].signals
             said = [(f.level, f.text) for f in examine(path).findings if f.check == "vectors"]
@@ -141,7 +135,7 @@ async def test_a_whole_profile_moves_to_the_models_new_size(tmp_path):
             ]
             assert await store.backfill_embeddings() == 4
             assert await sizes(store) == {v: [384] for v in values}
-            assert all([await found_by_meaning(store, v) for v in values])
+            assert all([await found_by_meaning(store, v, USER) for v in values])
             said = [(f.level, f.text) for f in examine(path).findings if f.check == "vectors"]
             assert said == [("ok", f"6 vectors (ollama/{NAME})")]
 
