@@ -101,7 +101,7 @@ def test_a_forget_scrubs_the_logs_and_passes_over_a_planted_pipe_or_link(tmp_pat
     # rewritten; a named pipe is passed over without waiting for a writer.
     import threading
 
-    from navi_desktop.pipeline.forgetting import scrub_logs
+    from navi_desktop.daemon.files import scrub_logs
 
     (tmp_path / "daemon.log").write_text("model said: Zorblax4471 is the code\n")
     os.mkfifo(tmp_path / "planted.log")

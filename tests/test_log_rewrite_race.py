@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 from navi_desktop.daemon import files
-from navi_desktop.daemon.files import trim_log
+from navi_desktop.daemon.files import scrub_logs, trim_log
 from navi_desktop.memory.matching import MARKER
-from navi_desktop.pipeline.forgetting import scrub_logs
 
 PHRASE = "Zorblax4471"
 SCRUBS, TRIMS = 30, 200  # while the lines are written
@@ -35,7 +34,7 @@ import logging, sys, threading, time
 from pathlib import Path
 
 from navi_desktop.daemon.main import start_logging
-from navi_desktop.pipeline.forgetting import scrub_logs
+from navi_desktop.daemon.files import scrub_logs
 
 start_logging()  # as the daemon does: its stderr is the log
 folder, in_thread, phrase = Path(sys.argv[1]), sys.argv[2] == "thread", sys.argv[3]

@@ -107,12 +107,12 @@ def with_store(
     """
 
     from navi_desktop.cli.config_check import settings
+    from navi_desktop.daemon.files import scrub_logs
     from navi_desktop.fileio import nothing_at
     from navi_desktop.memory import MemoryStore
     from navi_desktop.memory.backends import on_server, open_server_store
     from navi_desktop.memory.db import DbError
     from navi_desktop.paths import Paths
-    from navi_desktop.pipeline.forgetting import scrub_logs
 
     profile = profile_name(args)
     paths = Paths.from_env()

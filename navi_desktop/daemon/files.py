@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from navi_desktop.errors import NaviError
-from navi_desktop.fileio import kind, locked
+from navi_desktop.fileio import kind, locked, open_regular
 from navi_desktop.paths import UnsafePath
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,31 @@ def _move_lines(src: int, dst: int) -> OSError | None:
         return exc
     os.ftruncate(src, 0)  # appends go on at the new end (O_APPEND)
     return None
+
+
+def scrub_logs(folder: Path, needles: list[str]) -> int:
+    """Redact forgotten text from the log files in ``folder`` (the daemon's own log can quote
+    a model's failed answer). Rewritten in place under the file's lock, which the daemon
+    takes to append each line (``LockedLog``). A thread's work (blocking); returns how many
+    occurrences went. Nothing is logged while the lock is held: that line would wait for it."""
+    from navi_desktop.memory.matching import Matcher  # the engine: not at the daemon's start
+
+    matcher = Matcher.of(needles)
+    total = 0
+    for path in sorted(folder.glob("*.log*")) if matcher and folder.is_dir() else []:
+        try:  # only a regular file in the folder: never a file outside it through a link
+            fd = open_regular(path, os.O_RDWR | os.O_NOFOLLOW)
+            with os.fdopen(fd, "r+b") as fh, locked(fd):
+                text = fh.read().decode("utf-8", "surrogateescape")
+                new, count = matcher.redact(text)
+                if count and new is not None:
+                    fh.seek(0)
+                    fh.write(new.encode("utf-8", "surrogateescape"))
+                    fh.truncate()
+                    total += count
+        except OSError as exc:
+            log.warning("could not scrub %s: %s", path, exc.strerror or exc)
+    return total
 
 
 LOG_LOCK_WAIT_S = 5.0  # then a line is written unlocked: a late line beats a daemon that hangs

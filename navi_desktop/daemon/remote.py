@@ -10,10 +10,10 @@ import logging
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from navi_desktop.daemon.files import scrub_logs
 from navi_desktop.errors import NaviError
 from navi_desktop.memory.backends import open_server_store
 from navi_desktop.memory.outbox import Outbox
-from navi_desktop.pipeline.forgetting import scrub_logs
 
 if TYPE_CHECKING:
     from navi_desktop.daemon.service import Service

@@ -23,6 +23,7 @@ from navi_desktop.daemon.background import IdleGate, SessionEnds, Throttle
 from navi_desktop.daemon.chat import TurnResult
 from navi_desktop.daemon.chat_methods import ChatMethods
 from navi_desktop.daemon.empty_profile import EmptyProfile
+from navi_desktop.daemon.files import scrub_logs
 from navi_desktop.daemon.memory_methods import MemoryMethods
 from navi_desktop.daemon.ollama_clients import OllamaClients
 from navi_desktop.daemon.params import require_models, takes
@@ -37,7 +38,7 @@ from navi_desktop.memory.open_files import close_left
 from navi_desktop.memory.store import MemoryStore
 from navi_desktop.ollama_host import env_host_problems
 from navi_desktop.paths import Paths, check_profile_name
-from navi_desktop.pipeline.forgetting import finish_scrubs, scrub_logs
+from navi_desktop.pipeline.forgetting import finish_scrubs
 from navi_desktop.pipeline.incognito import IncognitoSession
 from navi_desktop.pipeline.session_end import EndReport, EndSettings, end_session
 

@@ -11,14 +11,11 @@ reachable, everything stays redacted and maintenance tries again later.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import DiskError, DiskFull
-from navi_desktop.fileio import locked, open_regular
-from navi_desktop.memory.matching import MARKER, Matcher
+from navi_desktop.memory.matching import MARKER
 from navi_desktop.pipeline.grounding import check_summary
 from navi_desktop.pipeline.session_end import RETRYABLE, EndSettings, ask_field, refresh_profile
 
@@ -81,29 +78,6 @@ async def after_forget(
     if report.errors:
         log.info("after a forget, left for later: %s", "; ".join(report.errors))
     return report
-
-
-def scrub_logs(folder: Path, needles: list[str]) -> int:
-    """Redact forgotten text from the log files in ``folder`` (the daemon's own log can quote
-    a model's failed answer). Rewritten in place under the file's lock, which the daemon
-    takes to append each line (``LockedLog``). A thread's work (blocking); returns how many
-    occurrences went. Nothing is logged while the lock is held: that line would wait for it."""
-    matcher = Matcher.of(needles)
-    total = 0
-    for path in sorted(folder.glob("*.log*")) if matcher and folder.is_dir() else []:
-        try:  # only a regular file in the folder: never a file outside it through a link
-            fd = open_regular(path, os.O_RDWR | os.O_NOFOLLOW)
-            with os.fdopen(fd, "r+b") as fh, locked(fd):
-                text = fh.read().decode("utf-8", "surrogateescape")
-                new, count = matcher.redact(text)
-                if count and new is not None:
-                    fh.seek(0)
-                    fh.write(new.encode("utf-8", "surrogateescape"))
-                    fh.truncate()
-                    total += count
-        except OSError as exc:
-            log.warning("could not scrub %s: %s", path, exc.strerror or exc)
-    return total
 
 
 async def finish_scrubs(store: MemoryStore) -> list[dict[str, Any]]:
