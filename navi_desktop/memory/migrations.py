@@ -418,9 +418,10 @@ def _recorded(conn: sqlean.Connection) -> list[str]:
     return [r[0] for r in conn.execute("SELECT name FROM schema_migrations")]
 
 
-def check_schema(conn: sqlean.Connection, path: Path) -> None:
+def check_schema(conn: sqlean.Connection, path: Path) -> list[str]:
     """Refuse a file a newer Navi wrote (steps this version does not know): it is never
-    migrated down nor written. Runs on a read-only connection before anything else."""
+    migrated down nor written. Runs on a read-only connection before anything else; returns
+    the steps the file records."""
     recorded = _recorded(conn)
     known = [name for name, _ in MIGRATIONS]
     unknown = sorted(set(recorded) - set(known))
@@ -430,13 +431,13 @@ def check_schema(conn: sqlean.Connection, path: Path) -> None:
             f" {schema_version(recorded)}; this version knows up to {schema_version(known)});"
             " it was left untouched: update Navi to use this profile"
         )
+    return recorded
 
 
 def check_current(conn: sqlean.Connection, path: Path) -> None:
     """``check_schema``, and refuse a file an older Navi wrote: its upgrade writes to it, which
     a file opened only to read cannot take."""
-    check_schema(conn, path)
-    recorded = _recorded(conn)
+    recorded = check_schema(conn, path)
     known = [name for name, _ in MIGRATIONS]
     if any(name not in recorded and name not in READ_WITHOUT for name in known):
         raise ProfileError(

@@ -40,7 +40,7 @@ from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, identity, 
 from navi_desktop.memory.matching import json_texts, phrase_forms, phrases
 from navi_desktop.memory.migrations import check_schema
 from navi_desktop.memory.scrub import PENDING_KEY
-from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS
+from navi_desktop.memory.scrub_plan import TEXT_COLUMNS
 from navi_desktop.memory.textproc import keyed_hash
 from navi_desktop.paths import ensure_private_dir
 
@@ -287,27 +287,30 @@ async def _compare(copy: MemoryStore, forgets: Forgets) -> tuple[Again, list[Any
     return again, *carry
 
 
-# Besides messages: every table and column the forget's scrub redacts (scrub.py _plan_scrub),
-# so that a phrase only the profile summary or an entity's name still holds is found too;
-# with whether its values are JSON (looked at as the strings in them: see json_texts).
-_OTHER_TEXTS = (
-    (f"SELECT {', '.join(MEMORY_COLUMNS)} FROM memories", False),
-    ("SELECT title, pending_reason FROM sessions", False),
-    ("SELECT old, new FROM memory_history", True),
-    (f"SELECT value FROM meta WHERE key NOT IN ('tombstone_key', '{PENDING_KEY}')", False),
-    ("SELECT name FROM entities", False),
-    ("SELECT name FROM entity_aliases", False),
-    ("SELECT note FROM reply_feedback", False),
-)
+def _other_texts() -> list[tuple[str, list[bool]]]:
+    """Besides messages (read page by page): a query per table the forget's scrub reaches
+    (scrub_plan.TEXT_COLUMNS), so that a phrase only the profile summary or an entity's name
+    still holds is found too; with whether each column's values are JSON (see json_texts)."""
+    tables: dict[str, list[tuple[str, bool]]] = {}
+    for table, column, stored_json in TEXT_COLUMNS:
+        if table != "messages":
+            tables.setdefault(table, []).append((column, stored_json))
+    queries = []
+    for table, columns in tables.items():
+        query = f"SELECT {', '.join(c for c, _ in columns)} FROM {table}"
+        if table == "meta":  # a secret and pending work, not what the user said
+            query += f" WHERE key NOT IN ('tombstone_key', '{PENDING_KEY}')"
+        queries.append((query, [j for _, j in columns]))
+    return queries
 
 
 async def _texts(copy: MemoryStore) -> AsyncIterator[str]:
     """Every text a forgotten phrase may be in: what the forget's scrub redacts."""
-    for query, stored_json in _OTHER_TEXTS:
+    for query, stored_json in _other_texts():
         for row in await copy.db.fetchall(query):
-            for text in row:
+            for text, is_json in zip(row, stored_json, strict=True):
                 if text:
-                    for said in json_texts(text) if stored_json else (text,):
+                    for said in json_texts(text) if is_json else (text,):
                         yield said
     last = 0
     while rows := await copy.db.fetchall(

@@ -78,18 +78,10 @@ async def redact_memory(store: Store, memory_id: int, changes: dict[str, Any]) -
     row = await store._row(memory_id)
     merged = {c: row[c] for c in _MEMORY_COLUMNS} | changes
     norm_key = normalize_key(merged["subject"], merged["key"]) if merged["key"] else None
+    texts = ", ".join(f"{c} = ?" for c in _MEMORY_COLUMNS)
     await store.db.execute(
-        "UPDATE memories SET value = ?, evidence = ?, subject = ?, key = ?, norm_key = ?,"
-        " updated_at = ? WHERE id = ?",
-        (
-            merged["value"],
-            merged["evidence"],
-            merged["subject"],
-            merged["key"],
-            norm_key,
-            now_iso(),
-            memory_id,
-        ),
+        f"UPDATE memories SET {texts}, norm_key = ?, updated_at = ? WHERE id = ?",
+        (*(merged[c] for c in _MEMORY_COLUMNS), norm_key, now_iso(), memory_id),
     )
     await store._unindex_memory(memory_id)
     await store._index_memory(await store._row(memory_id))

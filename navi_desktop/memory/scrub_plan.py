@@ -10,7 +10,28 @@ from typing import Any
 
 from navi_desktop.memory.matching import Matcher
 
-MEMORY_COLUMNS = ("value", "evidence", "subject", "key")
+# A memory's texts a forget redacts (the reason it waits for review too: a client sets it).
+MEMORY_COLUMNS = ("value", "evidence", "subject", "key", "review_reason")
+
+# Every column that can hold the user's words, with whether its values are JSON (matched as the
+# strings in them): what a forget's scrub reaches, and what a restore reads for phrases
+# forgotten after its copy was made. tests/test_scrub_places.py holds every other text column
+# of the schema to account, so a new one cannot be missed.
+TEXT_COLUMNS: tuple[tuple[str, str, bool], ...] = (
+    ("messages", "content", False),
+    ("messages", "meta", True),
+    ("sessions", "title", False),
+    ("sessions", "pending_reason", False),
+    *(("memories", column, False) for column in MEMORY_COLUMNS),
+    ("memory_history", "old", True),
+    ("memory_history", "new", True),
+    ("meta", "value", False),
+    ("entities", "name", False),
+    ("entities", "norm", False),
+    ("entity_aliases", "name", False),
+    ("entity_aliases", "norm", False),
+    ("reply_feedback", "note", False),
+)
 
 
 def counted(count: int, one: str, many: str) -> str:
