@@ -160,3 +160,41 @@ async def test_a_text_answered_at_another_size_than_the_rest_of_its_batch_gets_n
             await store.backfill_embeddings()
             assert await sizes(store) == {v: [8] for v in VALUES}
             assert await store.missing_embeddings() == 1
+
+
+async def test_on_a_memory_server_machines_of_two_models_leave_each_others_vectors(pg_dsn):
+    """Two machines share a profile and embed with two models. Each pass dropped the other
+    model's vectors as an earlier model's, so every pass on either machine re-embedded the
+    whole profile, for good. A model no machine has embedded with for a month goes at the
+    daily maintenance."""
+    from navi_desktop.memory.pg import PgMemoryStore
+    from tests.fakes import BagOfWordsEmbedder
+    from tests.pg_support import profile_name
+
+    profile = profile_name()
+    first, second = BagOfWordsEmbedder("first-embed"), BagOfWordsEmbedder("second-embed")
+    a = await PgMemoryStore.open(pg_dsn, profile, embedder=first)
+    b = await PgMemoryStore.open(pg_dsn, profile, embedder=second)
+    async with a, b:
+        for value in VALUES:
+            await a.add_memory(value)
+        passes = [await s.backfill_embeddings() for s in (a, b, a, b)]
+        assert passes == [3, 3, 0, 0]
+
+        async def models() -> dict[str, int]:
+            async with a.db.reading():
+                rows = await a.db.fetchall(
+                    "SELECT model, count(*) FROM embeddings GROUP BY model ORDER BY model"
+                )
+            return dict(rows)
+
+        assert await b.drop_unused_models() == 0
+        assert await models() == {"first-embed": 3, "second-embed": 3}
+        async with a.db.transaction():  # the first machine stopped embedding 40 days ago
+            await a.db.execute(
+                "UPDATE embeddings SET created_at = ? WHERE model = ?",
+                ("2001-01-01T00:00:00.000Z", "first-embed"),
+            )
+        assert await a.drop_unused_models() == 0  # its own model stays on the machine using it
+        assert await b.drop_unused_models() == 3
+        assert await models() == {"second-embed": 3}

@@ -7,13 +7,13 @@ import logging
 import math
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from navi_desktop.errors import NaviError
-from navi_desktop.memory.clock import check_iso, now_iso, parse_iso
+from navi_desktop.memory.clock import check_iso, iso, now_iso, parse_iso
 from navi_desktop.memory.documents import memory_text, message_text, text_digest
 from navi_desktop.memory.embedders import BadVector
 from navi_desktop.memory.facts import MEMORY_COLUMNS
@@ -22,6 +22,9 @@ from navi_desktop.memory.sessions import MESSAGE_COLUMNS
 log = logging.getLogger(__name__)
 GARBAGE = "NaN, infinity, zeros, none or the wrong size"
 SIZE_CHECK = "size"  # the text a model is asked to embed to learn its vectors' size
+# Machines sharing a profile may embed with different models: one's vectors go only once no
+# machine has made one with it for this many days.
+UNUSED_MODEL_DAYS = 30
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store
@@ -270,12 +273,37 @@ class EmbeddingPassOps:
         """Vectors of other models, or of another size than the model's now. Written as
         ranges so the (model, dim) index finds them: `model != ?` read the whole table, in
         a write transaction, at the end of every pass (after every memory written)."""
+        if self.shares_vectors:  # perhaps another machine's model: see drop_unused_models
+            return
         other, args = "model < ? OR model > ?", [model, model]
         if (size := self._known_size()) is not None:
             other += " OR (model = ? AND dim < ?) OR (model = ? AND dim > ?)"
             args += [model, size, model, size]
         async with self.db.transaction():
             await self.db.execute(f"DELETE FROM embeddings WHERE {other}", tuple(args))
+
+    async def drop_unused_models(self: Store, *, now: str | None = None) -> int:
+        """On a shared profile (``shares_vectors``), the vectors of each model other than
+        this machine's that no machine has made one with for UNUSED_MODEL_DAYS: a model given
+        up. The daily maintenance runs it, not each pass: it reads every vector's date.
+        Returns how many vectors went."""
+        if not self.shares_vectors:
+            return 0  # a file's pass drops other models' vectors as soon as it is done
+        mine = self.embedder.model if self.embedder else None
+        cutoff = iso(parse_iso(now or now_iso()) - timedelta(days=UNUSED_MODEL_DAYS))
+        async with self.db.transaction():
+            unused = [
+                (model, count)
+                for model, count in await self.db.fetchall(
+                    "SELECT model, count(*) FROM embeddings GROUP BY model"
+                    " HAVING max(created_at) < ?",
+                    (cutoff,),
+                )
+                if model != mine
+            ]
+            for model, _ in unused:
+                await self.db.execute("DELETE FROM embeddings WHERE model = ?", (model,))
+        return sum(count for _, count in unused)
 
     async def _embed_passages(self: Store, texts: list[str]) -> tuple[np.ndarray, list[int]]:
         """Vectors for ``texts`` and the indexes of those that are vectors. A batch with

@@ -153,6 +153,7 @@ async def run_maintenance(
     report.backup = str(made.path) if made is not None else None
     try:
         report.embedded = await store.backfill_embeddings()
+        await store.drop_unused_models(now=now)
     except RETRYABLE as exc:
         report.errors.append(f"embedding: {exc}")
     if llm is None or settings is None:
