@@ -43,7 +43,14 @@ from navi_desktop.memory.failures import (
     translate,
     unreachable,
 )
-from navi_desktop.memory.filecheck import Identity, check_file, identity, read_only, wal_path
+from navi_desktop.memory.filecheck import (
+    Identity,
+    check_file,
+    identity,
+    new_file_id,
+    read_only,
+    wal_path,
+)
 from navi_desktop.paths import ensure_private_dir
 
 log = logging.getLogger(__name__)
@@ -267,6 +274,10 @@ def _copy_into(source: Path, tmp: Path, expect: Identity | None, *, checked: boo
         try:
             dst.execute("PRAGMA journal_mode = OFF")  # whole or nothing: the rename
             src.backup(dst)
+            if dst.execute("PRAGMA user_version").fetchone()[0]:
+                # A file of its own: the profile's log, left by a crash beside a backup put
+                # back by hand, is then refused as another file's, not replayed into it.
+                dst.execute(f"PRAGMA user_version = {new_file_id()}")
             if not checked:
                 _check_copy(dst, source)
         finally:

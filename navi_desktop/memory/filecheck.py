@@ -9,6 +9,7 @@ the WAL beside it, switch its journal mode, run migrations on it, or replay that
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import urllib.parse
 from collections.abc import Callable
@@ -138,6 +139,12 @@ def _header_pages(head: bytes) -> int:
     """The file's size in pages as its header says, 0 when the header does not say it."""
     pages = int.from_bytes(head[28:32], "big")
     return pages if head[24:28] == head[92:96] else 0
+
+
+def new_file_id() -> int:
+    """A random id for a file's header (``PRAGMA user_version``): a new profile's, and each
+    copy's, so that a log beside a file that shows another id is known as another file's."""
+    return secrets.randbelow(2**31 - 1) + 1
 
 
 def check_log(path: Path, conn: sqlean.Connection) -> None:

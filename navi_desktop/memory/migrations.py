@@ -17,6 +17,7 @@ import sqlean
 from navi_desktop.errors import ProfileError, ProfileTooNew
 from navi_desktop.memory.db import APPLICATION_ID, Database
 from navi_desktop.memory.documents import memory_document, message_documents
+from navi_desktop.memory.filecheck import new_file_id
 from navi_desktop.memory.vectors import int8_from_float32
 
 Step = Callable[[Database], Awaitable[None]]
@@ -353,7 +354,7 @@ async def m0014_file_id(db: Database) -> None:
     # A random id in the file's header, which every commit also writes into the log
     # (filecheck.STAMP): a log beside the file that shows another id is another file's.
     if not await db.scalar("PRAGMA user_version"):
-        await db.execute(f"PRAGMA user_version = {secrets.randbelow(2**31 - 1) + 1}")
+        await db.execute(f"PRAGMA user_version = {new_file_id()}")
 
 
 async def m0015_vector_size_in_indexes(db: Database) -> None:
