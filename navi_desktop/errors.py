@@ -62,3 +62,9 @@ class DiskError(NaviError):
 class StorageUnavailable(NaviError):
     """The memory server cannot be used right now (down, refused, auth, TLS). The message
     names the server (password hidden) and the fix."""
+
+
+class StorageRefused(NaviError):
+    """The memory server refuses a request, and will until its administrator changes
+    something (a right, a setting): no retry mends it. The message names the grant or the
+    setting; the server kept nothing of the refused change."""

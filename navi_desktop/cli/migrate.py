@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from navi_desktop.cli.main import CommandError
-from navi_desktop.cli.output import emit_json
+from navi_desktop.cli.output import emit_json, nuls_note
 from navi_desktop.cli.profile_access import profile_name, wants_json
 from navi_desktop.errors import DiskFull, StorageUnavailable
 
@@ -166,4 +166,6 @@ def _show(args: argparse.Namespace, report: Any, profile: str, config: Any) -> N
             print(f"  {table.replace('_', ' ')}: {n}")
     for why, n in report.left_out.items():
         print(f"  left out: {n} {why}")
+    if report.nuls_replaced:
+        print(f" {nuls_note(report.nuls_replaced)}".rstrip())
     print(f"To use it, set {setting} in {config}; the source was left as it was.")

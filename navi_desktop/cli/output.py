@@ -231,3 +231,14 @@ def human_size(n: int) -> str:
             return f"{n} bytes" if unit == "bytes" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{n} bytes"  # pragma: no cover
+
+
+def nuls_note(count: int) -> str:
+    """What an import or a migration to the memory server says of the NUL characters it
+    stored as U+FFFD (its text cannot hold one; pg/db.py), after its own sentence."""
+    if not count:
+        return ""
+    return (
+        f" {count} NUL character(s) (\\u0000) stored as U+FFFD (�): the memory server's text"
+        " cannot hold one."
+    )

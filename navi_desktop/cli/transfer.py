@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.cli.main import CommandError
-from navi_desktop.cli.output import emit_json, human_size, safe, stdout_closed
+from navi_desktop.cli.output import emit_json, human_size, nuls_note, safe, stdout_closed
 from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import nothing_at, write_user_file
@@ -126,12 +126,19 @@ def cmd_import(args: argparse.Namespace) -> int:
             " again (what it already saved is skipped)"
         ) from exc
     if wants_json(args):
-        emit_json({"added": report.added, "skipped": report.skipped, "blocked": report.blocked})
+        emit_json(
+            {
+                "added": report.added,
+                "skipped": report.skipped,
+                "blocked": report.blocked,
+                "nuls_replaced": report.nuls_replaced,
+            }
+        )
     else:
         source = "stdin" if path is None else args.file
         print(
             f"Imported {source}: {report.added} added, {report.skipped} skipped (already here),"
-            f" {report.blocked} blocked (forgotten before)."
+            f" {report.blocked} blocked (forgotten before).{nuls_note(report.nuls_replaced)}"
         )
     return 0
 

@@ -72,7 +72,9 @@ METHODS: dict[str, tuple[str, Callable[[Any], Any], bool]] = {
 
 def _import_report(r: dict[str, Any]) -> ImportReport:
     ids = {int(k): v for k, v in r["ids"].items()}
-    return ImportReport(r["added"], r["skipped"], r["blocked"], ids, r["new_ids"])
+    return ImportReport(
+        r["added"], r["skipped"], r["blocked"], ids, r["new_ids"], r.get("nuls_replaced", 0)
+    )
 
 
 class RemoteMemory:

@@ -53,6 +53,7 @@ class CopyReport:
     target: str
     counts: dict[str, int] = field(default_factory=dict)  # rows written, per table
     left_out: dict[str, int] = field(default_factory=dict)  # rows not copied, and why
+    nuls_replaced: int = 0  # NUL characters stored as U+FFFD (the memory server's, pg/db.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -60,6 +61,7 @@ class CopyReport:
             "target": self.target,
             "counts": self.counts,
             "left_out": self.left_out,
+            "nuls_replaced": self.nuls_replaced,
         }
 
     def add(self, table: str, n: int) -> None:
@@ -78,10 +80,12 @@ async def copy_profile(source: Any, target: Any) -> CopyReport:
     if src.where == dst.where:
         raise InvalidInput(f"{src.where} is both the source and the target of the copy")
     report = CopyReport(src.where, dst.where)
+    nuls = getattr(dst.db, "nuls_replaced", 0)
     async with src.snapshot(), dst.writing():
         await _check_tables(src, dst)
         await _check_empty(dst)
         await _copy(src, dst, report)
+    report.nuls_replaced = getattr(dst.db, "nuls_replaced", 0) - nuls
     dst.forget_caches()
     return report
 

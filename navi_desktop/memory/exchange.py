@@ -70,6 +70,7 @@ class ExchangeOps:
         One transaction: a bad item leaves the profile unchanged."""
         data = validate_export(data)
         report = ImportReport()
+        nuls = getattr(self.db, "nuls_replaced", 0)
         async with self.db.transaction():
             for s in data.get("sessions", []):
                 title = s.get("title")
@@ -92,6 +93,7 @@ class ExchangeOps:
                         "UPDATE memories SET superseded_by = ? WHERE id = ?", (target, new_id)
                     )
             await self._remap_history_ids(report)
+        report.nuls_replaced = getattr(self.db, "nuls_replaced", 0) - nuls
         return report
 
     async def _remap_history_ids(self: Store, report: ImportReport) -> None:

@@ -78,6 +78,7 @@ class ImportReport:
     blocked: int = 0  # forgotten before (tombstoned)
     ids: dict[int, int] = field(default_factory=dict)  # file id -> id in this profile
     new_ids: list[int] = field(default_factory=list)  # rows this import created
+    nuls_replaced: int = 0  # NUL characters stored as U+FFFD (the memory server's, pg/db.py)
 
 
 class _BadNumber(ValueError):

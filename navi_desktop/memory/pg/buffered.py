@@ -27,6 +27,7 @@ from navi_desktop.errors import InvalidInput, NotFound, StorageUnavailable
 from navi_desktop.memory.clock import check_iso, now_iso
 from navi_desktop.memory.models import Message, Session
 from navi_desktop.memory.outbox import Outbox
+from navi_desktop.memory.pg.refusals import CONFLICTS, RETRIES, sqlstate
 from navi_desktop.memory.pg.store import ROLES, PgMemoryStore
 
 log = logging.getLogger(__name__)
@@ -312,7 +313,24 @@ class BufferedStore:
             return nothing
 
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """``method`` of the server store; whether the server answers is kept in ``away``."""
+        """``method`` of the server store; whether the server answers is kept in ``away``.
+        A conflict with another writer is tried again (RETRIES in all), a dropped connection
+        once on a new one: the server rolled the call's change back. Not a message: one whose
+        COMMIT was cut off may be stored, and the outbox's replay knows it (_already_sent)."""
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return await self._try(method, *args, **kwargs)
+            except StorageUnavailable as exc:
+                code = sqlstate(exc) or ""
+                lost = code.startswith(("08", "57P")) and method != "save_message"
+                again = tries < RETRIES if code in CONFLICTS else lost and tries == 1
+                if not again:
+                    raise
+                log.info("%s tried again: %s", method, exc)
+
+    async def _try(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             result = await getattr(await self.server(), method)(*args, **kwargs)
         except StorageUnavailable as exc:

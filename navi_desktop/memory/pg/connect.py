@@ -59,8 +59,17 @@ def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
             f"memory server DSN {where} is not valid ({text}): fix [memory] dsn or NAVI_PG_DSN"
         )
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.ConnectionDoesNotExistError):
+        # A connection dropped mid-statement: the pool connects anew on the next call, and a
+        # daemon's chat turn and memory calls try once more by themselves (pg/buffered.py).
         closed = f"memory server {where} closed the connection ({text})"
-        error = StorageUnavailable(f"{closed}: retrying")
+        error = StorageUnavailable(f"{closed}: try again; Navi connects anew")
         error.cause = closed
+        error.sqlstate = "08006"  # type: ignore[attr-defined]  # a lost connection's class
         return error
+    if isinstance(exc, asyncpg.PostgresError):  # refused once connected (too many, a restart)
+        from navi_desktop.memory.pg.refusals import refusal
+
+        error = refusal(exc, dsn)
+        if isinstance(error, StorageUnavailable):
+            return error
     return StorageUnavailable(f"memory server {where}: {text}")

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
+from navi_desktop.memory.pg.refusals import refusal, sqlstate
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ class PgDatabase:
             f"navi_pg_conn_{id(self)}", default=None
         )
         self._counts: dict[str, tuple[float, int]] = {}  # see recent_count
+        self.nuls_replaced = 0  # see _storable
 
     @classmethod
     async def connect(
@@ -151,21 +153,39 @@ class PgDatabase:
     async def _acquire(self) -> AsyncIterator[Any]:
         import asyncpg
 
-        lost = (OSError, asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)
+        lost = (OSError, *asyncpg_lost())
         started = time.monotonic()
         try:
             conn = await self.pool.acquire(timeout=ACQUIRE_S)
         except lost as exc:  # a timeout: a new connection, or a busy pool's free one
             raise self._lost(exc, f"within {time.monotonic() - started:.0f} s") from exc
+        except asyncpg.PostgresError as exc:  # a new connection refused (too many, a restart)
+            raise explain(exc, self.dsn) from exc
         try:
             yield conn
         except lost as exc:  # a timeout: a statement past its bound (QUERY_S)
+            await self._drop_stale(exc)
             raise self._lost(exc, "a statement in time") from exc
+        except asyncpg.PostgresError as exc:  # the server refused: one line, by its SQLSTATE
+            await self._drop_stale(exc)
+            raise refusal(exc, self.dsn) from exc
         finally:
             try:
                 await self.pool.release(conn, timeout=RELEASE_S)
             except Exception as exc:  # asyncpg dropped the connection; the pool makes another
                 log.debug("a connection to %s dropped on release: %s", self.shown, exc)
+
+    async def _drop_stale(self, exc: BaseException) -> None:
+        """After a lost connection (a restart, a terminated backend), the pool's other idle
+        connections are most likely gone too: each is made anew when next taken, so the next
+        call does not fail on them one by one."""
+        if isinstance(exc, OSError | TimeoutError):  # a slow statement: the others are fine
+            return
+        # A read-only refusal too: a failover may have made the server a standby, and new
+        # connections reach the primary where the DSN now leads.
+        code = sqlstate(exc) or ""
+        if isinstance(exc, asyncpg_lost()) or code == "25006" or code.startswith(("08", "57P")):
+            await self.pool.expire_connections()
 
     def _lost(self, exc: BaseException, waited: str) -> StorageUnavailable:
         """One line for a connection that failed (``explain``) or did not answer ``waited``
@@ -191,21 +211,35 @@ class PgDatabase:
         several statements (a schema step)."""
         if not params:
             return _rowcount(await self._conn().execute(sql, timeout=timeout))
+        params = self._storable(params)
         return _rowcount(await self._conn().execute(dollars(sql), *params, timeout=timeout))
 
     async def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             bound = None if self.query_s is None else max(self.query_s, len(rows) * ROW_S)
+            rows = [self._storable(row) for row in rows]
             await self._conn().executemany(dollars(sql), rows, timeout=bound)
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await self._conn().fetch(dollars(sql), *params)
+        return await self._conn().fetch(dollars(sql), *self._storable(params))
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any | None:
-        return await self._conn().fetchrow(dollars(sql), *params)
+        return await self._conn().fetchrow(dollars(sql), *self._storable(params))
 
     async def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return await self._conn().fetchval(dollars(sql), *params)
+        return await self._conn().fetchval(dollars(sql), *self._storable(params))
+
+    def _storable(self, params: Sequence[Any]) -> Sequence[Any]:
+        """``params`` with each NUL character in a text as U+FFFD: PostgreSQL text cannot
+        hold one, while SQLite's (an import, a migrated file) and JSON can, and refusing it
+        left a profile that could never move to the server. Counted in ``nuls_replaced``,
+        which an import and a migration report."""
+        if not any(map(_holds_nul, params)):
+            return params
+        found = sum(map(_count_nuls, params))
+        self.nuls_replaced += found
+        log.info("%d NUL character(s) in a text stored as U+FFFD", found)
+        return [_without_nuls(p) for p in params]
 
 
 # A quoted literal (left as it is), or a placeholder in SQLite's forms: ?NNN or a bare ?.
@@ -231,6 +265,35 @@ def dollars(sql: str) -> str:
         return f"${n}"
 
     return _PLACEHOLDER.sub(number, sql)
+
+
+NUL_STAND_IN = "\ufffd"
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\0" in value
+    return isinstance(value, list | tuple) and any(map(_holds_nul, value))
+
+
+def _count_nuls(value: Any) -> int:
+    if isinstance(value, str):
+        return value.count("\0")
+    return sum(map(_count_nuls, value)) if isinstance(value, list | tuple) else 0
+
+
+def _without_nuls(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\0", NUL_STAND_IN)
+    if isinstance(value, list | tuple):
+        return [_without_nuls(v) for v in value]
+    return value
+
+
+def asyncpg_lost() -> tuple[type[BaseException], ...]:
+    import asyncpg
+
+    return (asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)
 
 
 def _rowcount(status: str) -> int:

@@ -17,6 +17,7 @@ from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.pg.connect import StorageUnavailable
 from navi_desktop.memory.pg.db import SCHEMA, PgDatabase
+from navi_desktop.memory.pg.refusals import NO_RIGHTS, sqlstate
 from navi_desktop.memory.pg.schema_updates import (
     m0003_policies_once_per_statement,
     m0004_notify_on_change_not_use,
@@ -342,12 +343,13 @@ async def ensure_extension(db: PgDatabase) -> None:
             f"memory server {db.shown} has no pgvector extension: install it on the server"
             " (package postgresql-16-pgvector, or use pgserver, which bundles it)"
         )
-    import asyncpg
 
     try:
         async with db.transaction():
             await db.execute("CREATE EXTENSION IF NOT EXISTS vector")
-    except asyncpg.InsufficientPrivilegeError as exc:
+    except Exception as exc:  # the driver's error, or the line db.py made of it
+        if sqlstate(exc) != NO_RIGHTS:
+            raise
         raise StorageUnavailable(
             f"memory server {db.shown}: this role may not create the pgvector extension: run"
             " `CREATE EXTENSION vector;` once as a superuser or the database owner"
@@ -362,7 +364,6 @@ async def has_trigram(db: PgDatabase) -> bool:
 
 async def migrate(db: PgDatabase) -> list[str]:
     """Apply the steps not yet applied, in one transaction; returns their names."""
-    import asyncpg
 
     await ensure_extension(db)
     applied: list[str] = []
@@ -398,7 +399,9 @@ async def migrate(db: PgDatabase) -> list[str]:
                     (name, now_iso()),
                 )
                 applied.append(name)
-    except asyncpg.InsufficientPrivilegeError as exc:
+    except Exception as exc:
+        if sqlstate(exc) != NO_RIGHTS:
+            raise
         if pending:
             raise await _update_refused(db, pending) from exc
         raise StorageUnavailable(

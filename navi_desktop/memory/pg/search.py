@@ -16,6 +16,7 @@ import numpy as np
 from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.match_counts import COUNT_RAISES, within_budget
 from navi_desktop.memory.pg.db import numbered
+from navi_desktop.memory.pg.refusals import sqlstate
 from navi_desktop.memory.pg.vector_search import PgVectorSearchOps
 from navi_desktop.memory.search import (
     BM25_ROW_BUDGET,
@@ -70,12 +71,12 @@ class PgSearchOps(PgVectorSearchOps, SearchOps):
 
     async def _pg_words(self: PgMemoryStore, query: str, f: Filters) -> list[tuple[Key, float]]:
         if self.indexed_words:
-            import asyncpg
-
             try:
                 async with self.db.transaction():  # a savepoint inside a caller's transaction
                     return await self._pg_word_hits(query, f)
-            except asyncpg.UndefinedFunctionError:
+            except Exception as exc:  # the driver's error, or the line db.py made of it
+                if sqlstate(exc) != "42883":  # undefined_function
+                    raise
                 # Dropped since this store opened, by an update its owner could not remake
                 # them in (schema step 0008): a superuser's next open makes them again.
                 log.info("word search scans: the functions that read its index are gone")

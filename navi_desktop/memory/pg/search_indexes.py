@@ -7,6 +7,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from navi_desktop.memory.pg.refusals import NO_RIGHTS, READ_ONLY, sqlstate
+
+# An index is only ever made by a login that may (the tables' owner), on a server that takes
+# writes (a standby's is the primary's): search scans meanwhile.
+NOT_HERE = (NO_RIGHTS, READ_ONLY)
+
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.db import PgDatabase
 
@@ -21,7 +27,6 @@ async def trigram_indexes(db: PgDatabase) -> bool:
     """GIN trigram indexes for the substring fallback, where pg_trgm is installed (created
     by an administrator: ``CREATE EXTENSION pg_trgm``); True when they exist. Only the
     tables' owner may create them; anyone else is served by a scan meanwhile."""
-    import asyncpg
 
     if not await db.scalar("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"):
         return False
@@ -32,8 +37,10 @@ async def trigram_indexes(db: PgDatabase) -> bool:
                     f"CREATE INDEX IF NOT EXISTS memories_{column}_trgm ON memories"
                     f" USING gin ({column} gin_trgm_ops) WITH (fastupdate = off)"
                 )
-    except asyncpg.InsufficientPrivilegeError:
-        log.info("no trigram indexes yet: only the tables' owner may create them")
+    except Exception as exc:  # the driver's error, or the line db.py made of it
+        if sqlstate(exc) not in NOT_HERE:
+            raise
+        log.info("no trigram indexes yet: only the tables' owner may create them: %s", exc)
         return False
     return True
 
@@ -42,7 +49,6 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
     """Create the HNSW index for ``dim`` (an expression index on the cast, partial to that
     dimension). Only the tables' owner may: for any other role it is left to the next open
     by the owner, and search scans exactly meanwhile. Returns whether it exists."""
-    import asyncpg
 
     from navi_desktop.memory.pg.db import SCHEMA
 
@@ -67,8 +73,14 @@ async def vector_index(db: PgDatabase, dim: int) -> bool:
                 f" USING hnsw ((vector::vector({dim})) vector_cosine_ops) WHERE dim = {dim}",
                 timeout=BUILD_S,  # minutes for a large profile, past any statement's bound
             )
-    except asyncpg.InsufficientPrivilegeError:
-        log.info("no HNSW index for %d-d vectors yet: only the tables' owner may create it", dim)
+    except Exception as exc:
+        if sqlstate(exc) not in NOT_HERE:
+            raise
+        log.info(
+            "no HNSW index for %d-d vectors yet (only the tables' owner may create it): %s",
+            dim,
+            exc,
+        )
         return False
     return True
 
@@ -161,13 +173,14 @@ async def word_matches(db: PgDatabase) -> bool:
     ):
         log.info("word search scans: functions that read its index need a superuser to create")
         return False
-    import asyncpg
 
     try:
         async with db.transaction():
             await db.execute(_WORD_MATCHES.format(schema=SCHEMA))
     # Another daemon creating them at this moment: "tuple concurrently updated" (XX000).
-    except (asyncpg.UniqueViolationError, asyncpg.InternalServerError) as exc:
+    except Exception as exc:
+        if sqlstate(exc) not in ("23505", "XX000", READ_ONLY):
+            raise
         log.info("word search functions not created now: %s", exc)
     return bool(await db.scalar(owner_bypasses, found))
 

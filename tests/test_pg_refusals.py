@@ -1,0 +1,205 @@
+"""The memory server refusing (not unreachable): a read-only standby, a statement_timeout
+while another session holds a lock, a right revoked, a disk full, a NUL in a text. Each is
+one line naming the cause and the fix (pg/refusals.py), never the driver's traceback; a chat
+message typed meanwhile is kept (the outbox), or refused with ``stored`` false so the client
+gives it back."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import pytest
+
+from navi_desktop.errors import InvalidInput, NaviError, StorageRefused, StorageUnavailable
+from navi_desktop.memory import MemoryStore
+from navi_desktop.memory.copy_profile import copy_profile
+from navi_desktop.memory.pg import PgMemoryStore
+from navi_desktop.memory.pg.db import PgDatabase
+from navi_desktop.memory.pg.refusals import refusal
+from navi_desktop.memory.pg.schema import migrate
+from tests.daemon_support import Peer
+from tests.fake_ollama import FakeOllama, Reply
+from tests.pg_support import as_role, profile_name
+from tests.pipeline_helpers import MODELS
+from tests.test_daemon_postgres import on_server, server_service
+
+DSN = "postgresql://alice@db.example:5432/navi"
+
+
+def one_line(exc: BaseException, *words: str) -> str:
+    text = str(exc)
+    assert isinstance(exc, NaviError), repr(exc)
+    assert "\n" not in text and "Traceback" not in text
+    for word in words:
+        assert word in text, text
+    return text
+
+
+@pytest.mark.parametrize(
+    ("error", "kind", "words"),
+    [
+        (asyncpg.ReadOnlySQLTransactionError, StorageUnavailable, ["read-only", "primary"]),
+        (asyncpg.QueryCanceledError, StorageUnavailable, ["cancelled", "statement_timeout"]),
+        (asyncpg.LockNotAvailableError, StorageUnavailable, ["cancelled", "lock"]),
+        (asyncpg.AdminShutdownError, StorageUnavailable, ["closed the connection", "again"]),
+        (asyncpg.CrashShutdownError, StorageUnavailable, ["closed the connection"]),
+        (asyncpg.ConnectionFailureError, StorageUnavailable, ["closed the connection"]),
+        (asyncpg.DiskFullError, StorageUnavailable, ["no disk space", "free space"]),
+        (asyncpg.OutOfMemoryError, StorageUnavailable, ["out of memory"]),
+        (asyncpg.TooManyConnectionsError, StorageUnavailable, ["no free connection"]),
+        (asyncpg.SerializationError, StorageUnavailable, ["conflict", "try again"]),
+        (asyncpg.DeadlockDetectedError, StorageUnavailable, ["conflict"]),
+        (asyncpg.InsufficientPrivilegeError, StorageRefused, ["role alice", "GRANT"]),
+        (asyncpg.CharacterNotInRepertoireError, InvalidInput, ["NUL"]),
+        (asyncpg.UntranslatableCharacterError, InvalidInput, ["NUL"]),
+        (asyncpg.InternalServerError, StorageRefused, ["SQLSTATE XX000", "server's log"]),
+    ],
+)
+def test_each_refusal_is_one_line_naming_the_cause_and_the_fix(error, kind, words):
+    made = refusal(error("the server's own words"), DSN)
+    assert type(made) is kind
+    one_line(made, "db.example", "the server's own words", "nothing of this change was kept")
+    one_line(made, *words)
+    assert made.sqlstate == error.sqlstate  # type: ignore[attr-defined]
+
+
+async def _role(dsn: str, *settings: str) -> tuple[str, str]:
+    """A login role of its own (``ALTER ROLE ... SET`` each of ``settings`` later) on a
+    server whose schema the superuser made: (its name, its DSN)."""
+    setup = await PgDatabase.connect(dsn, max_size=1)
+    try:
+        await migrate(setup)
+    finally:
+        await setup.close()
+    name = f"r{uuid.uuid4().hex[:10]}"
+    await _admin(dsn, f"CREATE ROLE {name} LOGIN")
+    return name, as_role(dsn, name)
+
+
+async def _admin(dsn: str, *statements: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def _cut(role: str) -> str:
+    """Ends the role's sessions: a role's settings reach only its new connections."""
+    return f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = '{role}'"
+
+
+async def test_a_chat_on_a_read_only_server_keeps_the_message_and_sends_it_later(tmp_path, pg_dsn):
+    role, dsn = await _role(pg_dsn)
+    name = profile_name()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, dsn, name, [])
+        try:
+            first = await service.chat_send({"text": "before the failover"}, Peer())
+            sid = first["session_id"]
+            await _admin(
+                pg_dsn, f"ALTER ROLE {role} SET default_transaction_read_only = on", _cut(role)
+            )
+            # A read on a new connection: the server answers, and refuses only writes.
+            assert (await service.status({}, Peer()))["profile_errors"] == {}
+            during = await service.chat_send(
+                {"text": "my passport number is ZX998877", "session_id": sid}, Peer()
+            )
+            assert during["reply"] == "Noted."
+            outbox = next(tmp_path.rglob("outbox.db"))
+            assert outbox.exists()
+            store = await service.store(name)  # what the daemon's memory.add calls
+            with pytest.raises(StorageUnavailable) as caught:
+                await store.add_memory("a fact", source="user_explicit")
+            one_line(caught.value, "read-only", "primary")
+
+            await _admin(pg_dsn, f"ALTER ROLE {role} RESET ALL", _cut(role))
+            await service.retry_due()
+            assert not outbox.exists()
+        finally:
+            await service.shutdown(budget_s=5)
+    (said,) = await on_server(dsn, name, sid)
+    assert ("user", "my passport number is ZX998877") in said
+
+
+async def test_a_revoked_right_names_the_grant_and_the_chat_message_is_given_back(tmp_path, pg_dsn):
+    role, dsn = await _role(pg_dsn)
+    name = profile_name()
+    async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+        service = server_service(tmp_path, fake.url, dsn, name, [])
+        try:
+            first = await service.chat_send({"text": "hello"}, Peer())
+            await _admin(pg_dsn, f"REVOKE INSERT ON navi.messages FROM {role}, PUBLIC")
+            try:
+                with pytest.raises(StorageRefused) as caught:
+                    await service.chat_send(
+                        {"text": "my bike lock is 1234", "session_id": first["session_id"]},
+                        Peer(),
+                    )
+            finally:
+                await _admin(pg_dsn, "GRANT INSERT ON navi.messages TO PUBLIC")
+            one_line(caught.value, f"role {role}", "permission denied", "GRANT")
+            # Not kept: the client gives the words back to be sent again.
+            assert caught.value.navi_error_data["stored"] is False  # type: ignore[attr-defined]
+        finally:
+            await service.shutdown(budget_s=5)
+
+
+async def test_a_statement_timeout_behind_a_lock_is_one_line(pg_dsn):
+    role, dsn = await _role(pg_dsn)
+    async with await PgMemoryStore.open(dsn, profile_name()) as store:
+        await store.add_memory("my bike is blue", source="user_explicit")
+    await _admin(pg_dsn, f"ALTER ROLE {role} SET statement_timeout = '300ms'")
+    holder = await asyncpg.connect(pg_dsn)
+    try:
+        async with await PgMemoryStore.open(dsn, profile_name()) as store:
+            async with holder.transaction():
+                await holder.execute("LOCK TABLE navi.memories IN ACCESS EXCLUSIVE MODE")
+                with pytest.raises(StorageUnavailable) as caught:
+                    await store.add_memory("my car is red", source="user_explicit")
+            one_line(caught.value, "cancelled a statement", "statement_timeout")
+            added = await store.add_memory("my car is red", source="user_explicit")
+            assert added.memory.value == "my car is red"  # the same store works on
+    finally:
+        await holder.close()
+        await _admin(pg_dsn, f"ALTER ROLE {role} RESET ALL")
+
+
+async def test_a_nul_in_a_text_is_stored_as_a_replacement_and_counted(tmp_path, pg_dsn):
+    export = {
+        "format": "navi-memory",
+        "version": 1,
+        "exported_at": "2026-11-28T01:11:10.672Z",
+        "sessions": [],
+        "memories": [
+            {
+                "id": 1,
+                "kind": "fact",
+                "value": "door code\x00 is 4321",
+                "source": "user_explicit",
+                "created_at": "2026-11-28T01:05:33.663Z",
+                "updated_at": "2026-11-28T01:05:33.663Z",
+                "valid_from": "2026-11-28T01:05:33.663Z",
+            }
+        ],
+    }
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
+        report = await store.import_data(export)
+        assert (report.added, report.nuls_replaced) == (1, 1)
+        listed, _ = await store.list_memories()
+        assert [m.value for m in listed] == ["door code\ufffd is 4321"]
+        session = await store.create_session("a title\x00 with a NUL")
+        said = await store.save_message(session.id, "user", "typed\x00 so")
+        assert said.content == "typed\ufffd so"
+        assert (await store.get_session(session.id)).title == "a title\ufffd with a NUL"
+
+    async with await MemoryStore.open(tmp_path / "memory.db") as source:
+        await source.import_data(export)
+        kept = await source.create_session("old\x00 title")
+        await source.save_message(kept.id, "user", "an old\x00 message")
+        async with await PgMemoryStore.open(pg_dsn, profile_name()) as target:
+            moved = await copy_profile(source, target)
+            assert moved.nuls_replaced >= 3  # a text and its search document each count
+            assert [m.content for m in await target.messages(kept.id)] == ["an old\ufffd message"]
