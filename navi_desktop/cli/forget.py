@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.cli.output import emit_json, human_size, one_line, truncate
 from navi_desktop.cli.profile_access import wants_json, with_store
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import InvalidInput, NaviError
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -33,6 +33,12 @@ def register(command: Any) -> None:
         action="store_true",
         help="then rewrite the file (VACUUM; on a memory server VACUUM FULL, as the tables'"
         " owner) so no free space keeps the old rows",
+    )
+    command(
+        "compact",
+        cmd_compact,
+        "rewrite the file (VACUUM; on a memory server VACUUM FULL of Navi's tables, as their"
+        " owner) so no free space keeps what was forgotten",
     )
     scope = p.add_mutually_exclusive_group()
     scope.add_argument(
@@ -117,10 +123,14 @@ def cmd_forget(args: argparse.Namespace) -> int:
     async def _forget(store: MemoryStore, scope: str) -> Any:
         report = await store.forget(args.id, scope=scope)
         if report and args.compact:
-            compacted.update(await store.compact())
+            try:
+                compacted.update(await store.compact())
+            except NaviError as exc:  # the forget is saved: said after it, not instead
+                not_compacted.append(str(exc))
         return report
 
     compacted: dict[str, int] = {}
+    not_compacted: list[str] = []
     preview, report = with_store(args, work, unknown=f"no memory with id {args.id}")
     broad = preview.broad if scope == "everywhere" else None
     if report is None:  # not asked: --yes refused for a broad value, or no terminal
@@ -148,8 +158,10 @@ def cmd_forget(args: argparse.Namespace) -> int:
             doc["unscrubbed"] = report.unscrubbed
         if compacted:
             doc["compacted"] = compacted
+        if not_compacted:
+            doc["compact_error"] = not_compacted[0]
         emit_json(doc)
-        return 0 if report else 1
+        return 0 if report and not not_compacted else 1
     if not report:
         print("Nothing forgotten.")
         return 1
@@ -162,11 +174,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
         line += " Removed from " + "; ".join(places) + "."
     print(line)
     if compacted:
-        print(
-            "Compacted: {} → {}.".format(
-                human_size(compacted["bytes_before"]), human_size(compacted["bytes_after"])
-            )
-        )
+        _print_compacted(compacted)
     for problem in report.unscrubbed:
         print(f"navi: a backup still holds it, delete it by hand: {problem}", file=sys.stderr)
     if report.scrub_pending:
@@ -174,9 +182,34 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
         stats = f"navi memory stats{profile_flag(getattr(args, 'profile', None))}"
         print(
-            f"The memory file still holds an old copy of it: {report.scrub_pending}. Navi"
-            f" removes it by itself as soon as it can; `{stats}` lists it until then."
+            f"An old copy of it is still on disk: {report.scrub_pending}. Navi removes it by"
+            f" itself as soon as it can; `{stats}` lists it until then."
         )
+    for problem in not_compacted:
+        print(f"navi: forgotten, but not compacted: {problem}", file=sys.stderr)
+    return 1 if not_compacted else 0
+
+
+def _print_compacted(compacted: dict[str, int]) -> None:
+    print(
+        "Compacted: {} → {}.".format(
+            human_size(compacted["bytes_before"]), human_size(compacted["bytes_after"])
+        )
+    )
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    """What ``forget --compact`` does after the forget, alone: for a compaction that did not
+    finish, or that needed the tables' owner."""
+
+    async def work(store: MemoryStore) -> dict[str, int]:
+        return await store.compact()
+
+    compacted = with_store(args, work)
+    if wants_json(args):
+        emit_json({"compacted": compacted})
+    else:
+        _print_compacted(compacted)
     return 0
 
 

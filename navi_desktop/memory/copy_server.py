@@ -39,8 +39,7 @@ class PgSide(Side):
     @asynccontextmanager
     async def snapshot(self) -> AsyncIterator[None]:
         # Other machines' daemons may write meanwhile: every read sees the same moment.
-        async with self.db.transaction():
-            await self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        async with self.db.transaction(snapshot=True):
             yield
 
     async def scalar(self, text: str, *args: Any) -> Any:

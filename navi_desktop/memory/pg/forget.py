@@ -10,7 +10,9 @@ rewrites the tables for their owner."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.forget import (
@@ -19,10 +21,38 @@ from navi_desktop.memory.forget import (
     _check_scope,
     _needles,
 )
+from navi_desktop.memory.pg.db import PgDatabase
 from navi_desktop.memory.scrub import UNFINISHED
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
+
+FORGET_LOCK = 0x4E415646 << 32  # "NAVF", plus the profile's id: other profiles never wait
+
+
+class ProfileDatabase(PgDatabase):
+    """One profile's connections. Every transaction takes the profile's forget lock first,
+    shared, and a forget takes it alone: a save on another connection (another daemon) that
+    checked the forgotten list before a forget began commits before the forget looks, so the
+    forget finds and scrubs it, and one that begins after waits for the forget and then sees
+    its tombstones. Without it a save in flight when a forget scanned kept the value."""
+
+    lock_key = FORGET_LOCK
+
+    @asynccontextmanager
+    async def transaction(
+        self, *, alone: bool = False, snapshot: bool = False
+    ) -> AsyncIterator[Any]:
+        """``snapshot``: read only, every statement seeing the same moment (a copy)."""
+        held = self._current.get()
+        first = held is None or not held.is_in_transaction()  # else a savepoint in it
+        async with super().transaction() as conn:
+            if first:
+                if snapshot:  # before any query, as PostgreSQL requires
+                    await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                lock = "pg_advisory_xact_lock" if alone else "pg_advisory_xact_lock_shared"
+                await conn.execute(f"SELECT {lock}($1)", self.lock_key)
+            yield conn
 
 
 class PgForgetOps(ForgetCommon):
@@ -35,7 +65,7 @@ class PgForgetOps(ForgetCommon):
         _check_scope(scope)
         report = ForgetReport(scope=scope)
         outside = await self._forget_outside(memory_id, scope)
-        async with self.db.transaction():
+        async with self.db.transaction(alone=True):
             chain = await self._chain(memory_id)
             matcher, same = _needles(chain, scope)
             plan = await self._plan_scrub(matcher, {r["id"] for r in chain}, same)
@@ -70,4 +100,4 @@ class PgForgetOps(ForgetCommon):
         return report
 
 
-__all__ = ["PgForgetOps"]
+__all__ = ["PgForgetOps", "ProfileDatabase"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.models import Memory
@@ -52,15 +52,3 @@ class PgHousekeepingOps:
             finally:
                 if got:
                     await conn.execute("SELECT pg_advisory_unlock($1)", key)
-
-    async def compact(self: PgMemoryStore) -> dict[str, Any]:
-        """VACUUM FULL the tables a forget touches: they are rewritten, so no free space keeps
-        the old rows. Needs the tables' owner (an admin); the sizes before and after, in bytes
-        (the whole database: other profiles share the tables)."""
-        size = "SELECT pg_database_size(current_database())"
-        async with self.db.reading():
-            before = await self.db.scalar(size)
-        await self.vacuum(full=True)
-        async with self.db.reading():
-            after = await self.db.scalar(size)
-        return {"bytes_before": int(before), "bytes_after": int(after)}

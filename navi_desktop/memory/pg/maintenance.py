@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.pg.scrub import NOT_OWNER
+from navi_desktop.memory.pg.free_space import NOT_OWNER, VacuumFailed
 
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
@@ -25,8 +25,11 @@ class PgMaintenanceOps:
         """Refresh the planner's statistics (run by the periodic maintenance). Autovacuum
         does this too, but only past its thresholds, and a profile's rows are a small part
         of shared tables: a search plan must not wait for that."""
-        if not await self._as_owner([f"ANALYZE {t}" for t in ANALYZED], ANALYZED):
-            log.info("planner statistics left to autovacuum: %s", NOT_OWNER)
+        try:
+            if not await self._as_owner("ANALYZE", ANALYZED):
+                log.info("planner statistics left to autovacuum: %s", NOT_OWNER)
+        except VacuumFailed as exc:
+            log.info("planner statistics left for later: %s", exc)
 
     async def _store_vectors(
         self: PgMemoryStore,

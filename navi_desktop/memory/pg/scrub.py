@@ -1,23 +1,17 @@
 """The scrub behind forgetting, on the server: every copy of a value in every table (the
-places and the decisions are scrub_plan.py's, the same as SQLite's), then VACUUM so the dead
-rows' space is marked free. A forget records its scrub as pending (ids and times, never
-text) with its other changes and clears that once the VACUUM ran; when it cannot run (the
-tables belong to a role this login is not), it stays pending for ``retry_scrubs``."""
+places and the decisions are scrub_plan.py's, the same as SQLite's). The VACUUM after it,
+and what waits for one, are free_space.py's."""
 
 from __future__ import annotations
 
-import json
-import logging
 from typing import TYPE_CHECKING, Any
 
-from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import now_iso
 from navi_desktop.memory.documents import message_documents
 from navi_desktop.memory.facts import MEMORY_COLUMNS
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.models import Memory
-from navi_desktop.memory.pg.db import SCHEMA
-from navi_desktop.memory.scrub import PENDING_KEY, UNFINISHED, redact_memory
+from navi_desktop.memory.scrub import PENDING_KEY, redact_memory
 from navi_desktop.memory.scrub_plan import MEMORY_COLUMNS as SCRUBBED_COLUMNS
 from navi_desktop.memory.scrub_plan import ScrubPlan
 from navi_desktop.memory.sessions import MESSAGE_COLUMNS
@@ -26,12 +20,6 @@ from navi_desktop.memory.textproc import entity_names
 if TYPE_CHECKING:
     from navi_desktop.memory.pg.store import PgMemoryStore
 
-log = logging.getLogger(__name__)
-VACUUMED = ("memories", "memory_history", "messages", "embeddings", "entity_links", "entities")
-NOT_OWNER = (
-    "the server's tables belong to a role this login is not: autovacuum frees the space in"
-    " time, or their owner runs `navi memory forget ID --compact`"
-)
 _SUMMARY_KINDS = ("episode", "reflection")
 
 
@@ -192,107 +180,6 @@ class PgScrubOps:
         if relink:
             await self.db.execute("DELETE FROM entity_links WHERE message_id = $1", (message_id,))
             await self._link_entities("message_id", message_id, entity_names(row["content"]))
-
-    # -- the server's free space -----------------------------------------------------------------
-
-    async def _as_owner(
-        self: PgMemoryStore, statements: list[str], tables: tuple[str, ...]
-    ) -> bool:
-        """Run maintenance statements (VACUUM, ANALYZE) as the login role, which may own the
-        tables where the working role (navi_local, for a superuser login) does not; False,
-        running nothing, when the login may not either (PostgreSQL would skip them silently
-        with a warning). A connection of its own, closed after: a pooled one must never be
-        left as a role that bypasses the profile's row-level security."""
-        import asyncpg
-
-        from navi_desktop.memory.pg.connect import explain
-
-        try:
-            conn = await asyncpg.connect(
-                self.db.dsn,
-                timeout=5.0,
-                server_settings={"search_path": f"{SCHEMA}, public", "application_name": "navi"},
-            )
-        except Exception as exc:  # one line naming the server, as for the pool
-            raise explain(exc, self.db.dsn) from exc
-        try:
-            may = await conn.fetchval(
-                "SELECT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)"
-                " OR pg_has_role((SELECT datdba FROM pg_database"
-                "  WHERE datname = current_database()), 'USAGE')"
-                " OR bool_and(pg_has_role(c.relowner, 'USAGE'))"
-                " FROM pg_class c WHERE c.oid = ANY($1::regclass[])",
-                list(tables),
-            )
-            if not may:
-                return False
-            for statement in statements:
-                await conn.execute(statement)
-        finally:
-            await conn.close()
-        return True
-
-    async def vacuum(self: PgMemoryStore, *, full: bool = False) -> bool:
-        """Mark the dead rows' space free (``full``: rewrite the tables, an admin's compact).
-        VACUUM cannot run in a transaction: one statement per table. False when this login
-        may not (see ``_as_owner``)."""
-        verb = "VACUUM FULL" if full else "VACUUM"
-        done = await self._as_owner([f"{verb} {t}" for t in VACUUMED], VACUUMED)
-        if full and not done:
-            raise NaviError(
-                f"memory server {self.db.shown}: only the owner of Navi's tables may compact"
-                " them: run the command again logged in as that role (or a superuser)"
-            )
-        return done
-
-    async def _note_session_deleted(self: PgMemoryStore, session_id: str) -> None:
-        """Inside a session's delete: its rows owe the tables' dead space a VACUUM."""
-        await self._note_pending([], UNFINISHED)
-
-    async def _session_deleted(self: PgMemoryStore, session_id: str) -> None:
-        """After the delete: its rows out of the tables' dead space (or noted why not)."""
-        await self._purge_free_space([])
-
-    async def _note_pending(self: PgMemoryStore, ids: list[int], reason: str) -> None:
-        """Record a scrub as unfinished (inside a transaction); ids and times, never text."""
-        pending = [p for p in await self._pending() if p["ids"] != ids]
-        pending.append({"ids": ids, "since": now_iso(), "reason": reason})
-        await self._set_meta(PENDING_KEY, json.dumps(pending))
-
-    async def _purge_free_space(self: PgMemoryStore, ids: list[int]) -> str | None:
-        """VACUUM the touched tables; clears the pending record of ``ids`` once done, else
-        records why it waits. Returns that reason, or None when done."""
-        if not await self.vacuum():
-            log.warning("forgotten text stays in the server's free space: %s", NOT_OWNER)
-            async with self.db.transaction():
-                await self._note_pending(ids, NOT_OWNER)
-            return NOT_OWNER
-        async with self.db.transaction():
-            left = [p for p in await self._pending() if p["ids"] != ids]
-            await self._set_meta(PENDING_KEY, json.dumps(left) if left else None)
-        return None
-
-    async def _pending(self: PgMemoryStore) -> list[dict[str, Any]]:
-        raw = await self.db.scalar("SELECT value FROM meta WHERE key = $1", (PENDING_KEY,))
-        return json.loads(raw) if raw else []
-
-    async def pending_scrubs(self: PgMemoryStore) -> list[dict[str, Any]]:
-        """Forgets whose rows may still be in the tables' dead space: ``ids``, ``since``,
-        ``reason``."""
-        async with self.db.reading():
-            return await self._pending()
-
-    async def retry_scrubs(self: PgMemoryStore, wait_ms: int = 250) -> list[dict[str, Any]]:
-        """Try the pending scrubs again; returns the ones now complete. (``wait_ms`` is the
-        SQLite side's wait for readers; VACUUM on a server does not wait for them.)"""
-        before = await self.pending_scrubs()
-        if not before or not await self.vacuum():
-            return []
-        async with self.db.transaction():
-            # A forget that became pending after the VACUUM above stays pending.
-            left = [p for p in await self._pending() if p not in before]
-            await self._set_meta(PENDING_KEY, json.dumps(left) if left else None)
-        return before
 
     # -- summaries rewritten after a redaction -----------------------------------------------------
 

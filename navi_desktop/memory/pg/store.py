@@ -27,7 +27,8 @@ from navi_desktop.memory.maintenance import EmbeddingPassOps, FadingOps
 from navi_desktop.memory.models import Message
 from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
-from navi_desktop.memory.pg.forget import PgForgetOps
+from navi_desktop.memory.pg.forget import FORGET_LOCK, PgForgetOps, ProfileDatabase
+from navi_desktop.memory.pg.free_space import PgFreeSpaceOps
 from navi_desktop.memory.pg.housekeeping import PgHousekeepingOps
 from navi_desktop.memory.pg.ledger import PgLedgerOps
 from navi_desktop.memory.pg.maintenance import PgMaintenanceOps
@@ -55,6 +56,7 @@ class PgMemoryStore(
     PgHousekeepingOps,
     PgEntityOps,
     PgForgetOps,
+    PgFreeSpaceOps,
     PgLedgerOps,
     PgMaintenanceOps,
     PgScrubOps,
@@ -82,7 +84,7 @@ class PgMemoryStore(
     NAME_ORDER = 'norm COLLATE "C"'  # code point order, whatever the server's collation
 
     def __init__(
-        self, db: PgDatabase, user_id: int, profile: str, embedder: Embedder | None
+        self, db: ProfileDatabase, user_id: int, profile: str, embedder: Embedder | None
     ) -> None:
         self.db = db
         self.user_id = user_id
@@ -116,7 +118,8 @@ class PgMemoryStore(
         finally:
             await setup.close()
         settings["navi.user_id"] = str(user_id)
-        db = await PgDatabase.connect(dsn, settings=settings)
+        db = await ProfileDatabase.connect(dsn, settings=settings)
+        db.lock_key = FORGET_LOCK + user_id
         store = cls(db, user_id, profile, embedder)
         store.indexed_words = indexed_words
         return store
