@@ -141,7 +141,7 @@ class MemoryActions:
         if report.get("scrub_pending"):
             self.notify(
                 escape(
-                    f"The memory file still holds an old copy: {report['scrub_pending']}. Navi"
+                    f"An old copy of it is still on disk: {report['scrub_pending']}. Navi"
                     " removes it as soon as it can."
                 ),
                 title="Forgetting",
