@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import os
 import re
 import tomllib
@@ -31,7 +32,7 @@ from navi_desktop.config_specs import (
     show_value,
 )
 from navi_desktop.errors import InvalidInput
-from navi_desktop.fileio import read_regular
+from navi_desktop.fileio import NotRegularFile, read_regular
 from navi_desktop.ollama_host import resolve_embedding_host
 from navi_desktop.paths import default_profile
 
@@ -263,8 +264,7 @@ def load_settings(
     except FileNotFoundError:
         return DEFAULTS, []
     except OSError as err:
-        reason = f"cannot read {path}: {err.strerror or err}; {kept}"
-        return fallback, [SettingError(FILE_KEY, reason)]
+        return fallback, [SettingError(FILE_KEY, f"{cannot_read(path, err)}; {kept}")]
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -276,6 +276,22 @@ def load_settings(
         reason = f"{path} cannot be read as settings: {too_deep(err)}; the file was not changed"
         return fallback, [SettingError(FILE_KEY, f"{reason} and {kept}")]
     return parse_settings(data, previous)
+
+
+def cannot_read(path: Path, err: OSError) -> str:
+    """Why the settings file cannot be read, with what to do about it."""
+    if err.errno == errno.ELOOP:
+        why = "it is a symbolic link that leads back to itself"
+        fix = f"remove it (`rm {path}`) or point it at a file"
+    elif err.errno in (errno.EACCES, errno.EPERM):
+        why, fix = "permission denied", f"give your user access (`chmod u+rw {path}`)"
+    elif err.errno == errno.EFBIG:
+        why, fix = str(err.strerror), "a settings file is a few lines: shorten it in an editor"
+    elif isinstance(err, NotRegularFile) or err.errno == errno.EISDIR:
+        why, fix = f"{err.strerror or 'it is not a file'}", "move it away"
+    else:
+        why, fix = str(err.strerror or err), "check the file and its disk"
+    return f"cannot read {path}: {why}; {fix}"
 
 
 def too_deep(err: ValueError | RecursionError) -> str:

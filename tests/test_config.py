@@ -230,10 +230,14 @@ except InvalidInput as err:
 @pytest.mark.parametrize(
     ("plant", "reason"),
     [
-        (lambda p: os.mkfifo(p), "it is not a regular file"),
-        (lambda p: p.symlink_to("/dev/zero"), "it is not a regular file"),
-        (lambda p: p.mkdir(), "it is a folder"),
-        (lambda p: p.write_bytes(b"#" * (2 << 20)), "it is larger than 1,048,576 bytes"),
+        (lambda p: os.mkfifo(p), "it is not a regular file; move it away"),
+        (lambda p: p.symlink_to("/dev/zero"), "it is not a regular file; move it away"),
+        (lambda p: p.mkdir(), "it is a folder; move it away"),
+        (
+            lambda p: p.write_bytes(b"#" * (2 << 20)),
+            "it is larger than 1,048,576 bytes; a settings file is a few lines: shorten it in"
+            " an editor",
+        ),
     ],
     ids=["named pipe", "link to /dev/zero", "folder", "2 MiB"],
 )
