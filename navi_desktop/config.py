@@ -28,6 +28,7 @@ from navi_desktop.config_specs import (
     KEYMAP_KEY,
     SPECS,
     BadValue,
+    binding_id,
     key_string,
     show_value,
 )
@@ -158,15 +159,30 @@ class InvalidSetting(InvalidInput):
         super().__init__("; ".join(str(e) for e in errors))
 
 
+SHOWN_ERRORS = 3
+CHECK_COMMAND = "navi config check"
+
+
+def capped(errors: list[str], shown: int = SHOWN_ERRORS) -> list[str]:
+    """The first few problems, then one line for the rest: forty (an old version's file)
+    filled a whole screen and hid every field of the settings screen."""
+    if len(errors) <= shown + 1:
+        return list(errors)
+    return [*errors[:shown], f"and {len(errors) - shown} more: `{CHECK_COMMAND}` lists them all"]
+
+
 def changed_keys(old: Settings, new: Settings) -> set[str]:
     """Dotted keys whose value differs (``ui.keymap`` counts as one key)."""
     return {key for key in SPECS if old.get(key) != new.get(key)}
 
 
 def unknown(key: str, known: Iterable[str]) -> SettingError:
-    close = difflib.get_close_matches(key, list(known), n=1)
+    # 0.75: "memory.old_setting_1" is not a typo of "memory.dsn" (the shared section is half)
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return SettingError(key, f"unknown setting{hint}; it is kept in the file but ignored")
+    return SettingError(
+        key, f"unknown setting{hint}; it is ignored: correct its name, or remove it from the file"
+    )
 
 
 def parse_settings(
@@ -237,12 +253,20 @@ def _parse_keymap(
         return fallback
     out: dict[str, str] = {}
     for binding, key in raw.items():
+        where = f"{KEYMAP_KEY}.{binding}"
+        try:
+            binding_id(binding)
+        except BadValue as err:
+            errors.append(SettingError(where, f"{err}; its key {show_value(key)} is ignored"))
+            continue
         try:
             out[binding] = key_string(key)
         except BadValue as err:
-            errors.append(SettingError(f"{KEYMAP_KEY}.{binding}", str(err)))
-            if binding in fallback:
-                out[binding] = fallback[binding]
+            last = fallback.get(binding)
+            kept = f"the last good key {last!r}" if last else "its default key"
+            errors.append(SettingError(where, f"{err}; {kept} stays in force"))
+            if last:
+                out[binding] = last
     return out
 
 

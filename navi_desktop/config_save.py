@@ -22,7 +22,14 @@ from navi_desktop.config import (
     too_deep,
     unknown,
 )
-from navi_desktop.config_specs import KEYMAP_KEY, SPECS, BadValue, SettingSpec, key_string
+from navi_desktop.config_specs import (
+    KEYMAP_KEY,
+    SPECS,
+    BadValue,
+    SettingSpec,
+    binding_id,
+    key_string,
+)
 from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.fileio import read_regular, take_lock, write_private_atomic
 from navi_desktop.os_errors import os_refusal
@@ -41,6 +48,12 @@ def _validate_changes(changes: Mapping[str, Any]) -> dict[str, Any]:
         spec = SPECS.get(key)
         if spec is None and key.startswith(KEYMAP_KEY + ".") and len(key) > len(KEYMAP_KEY) + 1:
             spec = SettingSpec(key, key_string, "")  # one binding: "ui.keymap.<id>"
+            try:
+                if value is not None:  # removing a mistyped one is fine
+                    binding_id(key[len(KEYMAP_KEY) + 1 :])
+            except BadValue as err:
+                errors.append(SettingError(key, str(err)))
+                continue
         if spec is None:
             errors.append(unknown(key, SPECS))
             continue

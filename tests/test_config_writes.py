@@ -105,9 +105,9 @@ def test_a_value_too_long_to_read_back_is_refused(tmp_path: Path):
     config = tmp_path / "config.toml"
     config.write_text("# my comment\n[memory]\nbudget_tokens = 900\n")
     with pytest.raises(InvalidInput) as err:
-        save_settings(config, {"ui.theme": "x" * (MAX_CONFIG_BYTES + 1)})
+        save_settings(config, {"ollama.chat_model": "x" * (MAX_CONFIG_BYTES + 1)})
     message = str(err.value)
-    assert message.startswith("ui.theme: too long: ") and "give a shorter value" in message
+    assert message.startswith("ollama.chat_model: too long: ") and "give a shorter value" in message
     assert config.read_text() == "# my comment\n[memory]\nbudget_tokens = 900\n"
     save_settings(config, {"memory.budget_tokens": 500})
     assert flat(config) == {"memory.budget_tokens": 500}
