@@ -295,10 +295,11 @@ def load_settings(
         reason = f"{path} is not UTF-8 text (byte {err.start}); the file was not changed and {kept}"
         return fallback, [SettingError(FILE_KEY, reason)]
     except tomllib.TOMLDecodeError as err:
-        return fallback, [toml_error(path, err, f"the file was not changed and {kept}")]
+        outcome = f"fix it in an editor; the file was not changed and {kept}"
+        return fallback, [toml_error(path, err, outcome)]
     except (ValueError, RecursionError) as err:  # past the parser's own limits
-        reason = f"{path} cannot be read as settings: {too_deep(err)}; the file was not changed"
-        return fallback, [SettingError(FILE_KEY, f"{reason} and {kept}")]
+        reason = f"{path} cannot be read as settings: {too_deep(err)}: fix it in an editor"
+        return fallback, [SettingError(FILE_KEY, f"{reason}; the file was not changed and {kept}")]
     return parse_settings(data, previous)
 
 
