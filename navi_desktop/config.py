@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import errno
 import os
 import re
 import tomllib
@@ -27,11 +28,12 @@ from navi_desktop.config_specs import (
     KEYMAP_KEY,
     SPECS,
     BadValue,
+    binding_id,
     key_string,
     show_value,
 )
 from navi_desktop.errors import InvalidInput
-from navi_desktop.fileio import read_regular
+from navi_desktop.fileio import NotRegularFile, read_regular
 from navi_desktop.ollama_host import resolve_embedding_host
 from navi_desktop.paths import default_profile
 
@@ -157,15 +159,30 @@ class InvalidSetting(InvalidInput):
         super().__init__("; ".join(str(e) for e in errors))
 
 
+SHOWN_ERRORS = 3
+CHECK_COMMAND = "navi config check"
+
+
+def capped(errors: list[str], shown: int = SHOWN_ERRORS) -> list[str]:
+    """The first few problems, then one line for the rest: forty (an old version's file)
+    filled a whole screen and hid every field of the settings screen."""
+    if len(errors) <= shown + 1:
+        return list(errors)
+    return [*errors[:shown], f"and {len(errors) - shown} more: `{CHECK_COMMAND}` lists them all"]
+
+
 def changed_keys(old: Settings, new: Settings) -> set[str]:
     """Dotted keys whose value differs (``ui.keymap`` counts as one key)."""
     return {key for key in SPECS if old.get(key) != new.get(key)}
 
 
 def unknown(key: str, known: Iterable[str]) -> SettingError:
-    close = difflib.get_close_matches(key, list(known), n=1)
+    # 0.75: "memory.old_setting_1" is not a typo of "memory.dsn" (the shared section is half)
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.75)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return SettingError(key, f"unknown setting{hint}; it is kept in the file but ignored")
+    return SettingError(
+        key, f"unknown setting{hint}; it is ignored: correct its name, or remove it from the file"
+    )
 
 
 def parse_settings(
@@ -236,12 +253,20 @@ def _parse_keymap(
         return fallback
     out: dict[str, str] = {}
     for binding, key in raw.items():
+        where = f"{KEYMAP_KEY}.{binding}"
+        try:
+            binding_id(binding)
+        except BadValue as err:
+            errors.append(SettingError(where, f"{err}; its key {show_value(key)} is ignored"))
+            continue
         try:
             out[binding] = key_string(key)
         except BadValue as err:
-            errors.append(SettingError(f"{KEYMAP_KEY}.{binding}", str(err)))
-            if binding in fallback:
-                out[binding] = fallback[binding]
+            last = fallback.get(binding)
+            kept = f"the last good key {last!r}" if last else "its default key"
+            errors.append(SettingError(where, f"{err}; {kept} stays in force"))
+            if last:
+                out[binding] = last
     return out
 
 
@@ -263,19 +288,35 @@ def load_settings(
     except FileNotFoundError:
         return DEFAULTS, []
     except OSError as err:
-        reason = f"cannot read {path}: {err.strerror or err}; {kept}"
-        return fallback, [SettingError(FILE_KEY, reason)]
+        return fallback, [SettingError(FILE_KEY, f"{cannot_read(path, err)}; {kept}")]
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
         reason = f"{path} is not UTF-8 text (byte {err.start}); the file was not changed and {kept}"
         return fallback, [SettingError(FILE_KEY, reason)]
     except tomllib.TOMLDecodeError as err:
-        return fallback, [toml_error(path, err, f"the file was not changed and {kept}")]
+        outcome = f"fix it in an editor; the file was not changed and {kept}"
+        return fallback, [toml_error(path, err, outcome)]
     except (ValueError, RecursionError) as err:  # past the parser's own limits
-        reason = f"{path} cannot be read as settings: {too_deep(err)}; the file was not changed"
-        return fallback, [SettingError(FILE_KEY, f"{reason} and {kept}")]
+        reason = f"{path} cannot be read as settings: {too_deep(err)}: fix it in an editor"
+        return fallback, [SettingError(FILE_KEY, f"{reason}; the file was not changed and {kept}")]
     return parse_settings(data, previous)
+
+
+def cannot_read(path: Path, err: OSError) -> str:
+    """Why the settings file cannot be read, with what to do about it."""
+    if err.errno == errno.ELOOP:
+        why = "it is a symbolic link that leads back to itself"
+        fix = f"remove it (`rm {path}`) or point it at a file"
+    elif err.errno in (errno.EACCES, errno.EPERM):
+        why, fix = "permission denied", f"give your user access (`chmod u+rw {path}`)"
+    elif err.errno == errno.EFBIG:
+        why, fix = str(err.strerror), "a settings file is a few lines: shorten it in an editor"
+    elif isinstance(err, NotRegularFile) or err.errno == errno.EISDIR:
+        why, fix = f"{err.strerror or 'it is not a file'}", "move it away"
+    else:
+        why, fix = str(err.strerror or err), "check the file and its disk"
+    return f"cannot read {path}: {why}; {fix}"
 
 
 def too_deep(err: ValueError | RecursionError) -> str:

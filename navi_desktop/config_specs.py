@@ -4,6 +4,7 @@ saving and the settings screen. A rejected value raises :class:`BadValue` with t
 from __future__ import annotations
 
 import contextlib
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -11,12 +12,40 @@ from dataclasses import dataclass
 from typing import Any
 
 from navi_desktop.errors import InvalidInput
-from navi_desktop.ollama_host import valid_host
+from navi_desktop.ollama_host import shown_url, valid_host
 from navi_desktop.paths import check_profile_name
 
 EMBEDDERS = ("ollama", "local", "none")
 BACKENDS = ("sqlite", "postgres")
 KEYMAP_KEY = "ui.keymap"
+# Textual's themes and the app's binding ids, kept here so that every reader of the file (the
+# CLI, the daemon) says a typo without loading Textual; a test holds both to the app's.
+THEMES = (
+    *("textual-dark", "textual-light", "nord", "gruvbox", "catppuccin-mocha", "dracula"),
+    *("tokyo-night", "monokai", "flexoki", "catppuccin-latte", "catppuccin-frappe"),
+    *("catppuccin-macchiato", "solarized-light", "solarized-dark", "rose-pine"),
+    *("rose-pine-moon", "rose-pine-dawn", "atom-one-dark", "atom-one-light"),
+    *("ansi-dark", "ansi-light"),
+)
+_BINDINGS = {
+    "chat": "cancel copy model new rate regenerate sessions used",
+    "daemon": "start",
+    "entity": "merge rename",
+    "memory": "accept confirm edit edit_accept expires export forget open_session pin reject"
+    " search tab.facts tab.inbox tab.episodes tab.rules tab.entities",
+    "message": "copy used",
+    "mode": "chat memory settings",
+    "prompt": "newline send",
+    "sessions": "delete end export rename search",
+    "settings": "models revert save test",
+    "used": "close forget pin",
+}
+BINDING_IDS = frozenset(
+    {"navi.help", "navi.incognito", "navi.quit"}
+    | {f"navi.{group}.{name}" for group, names in _BINDINGS.items() for name in names.split()}
+)
+_MODIFIERS = {"ctrl", "alt", "shift", "meta", "super", "hyper"}
+_KEY_NAME_RE = re.compile(r"^(?:\S|[a-z0-9_]+)$")
 
 
 class BadValue(ValueError):
@@ -81,7 +110,8 @@ def _choice(*options: str) -> Callable[[Any], str]:
 def _host(value: Any) -> str:
     if (host := valid_host(value)) is None:
         raise BadValue(
-            f"must be a URL like http://127.0.0.1:11434 or host:port, got {show_value(value)}"
+            "must be a URL like http://127.0.0.1:11434 or host:port, with no user or password"
+            f" in it, got {_show_url(value)}"
         )
     return host
 
@@ -96,15 +126,13 @@ def _dsn(value: Any) -> str | None:
     if isinstance(value, str) and not value.strip():
         return None
     if not isinstance(value, str) or not value.strip().startswith(("postgresql://", "postgres://")):
-        raise BadValue(f"must be a URL like postgresql://user@host/navi, got {_show_dsn(value)}")
+        raise BadValue(f"must be a URL like postgresql://user@host/navi, got {_show_url(value)}")
     return value.strip()
 
 
-def _show_dsn(value: Any) -> str:
-    """A rejected DSN as shown back: never with its password."""
-    if isinstance(value, str) and "@" in value:
-        return repr(re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value))
-    return show_value(value)
+def _show_url(value: Any) -> str:
+    """A rejected host or DSN as shown back: never with its password."""
+    return show_value(shown_url(value) if isinstance(value, str) else value)
 
 
 def _profile(value: Any) -> str:
@@ -118,9 +146,39 @@ def _profile(value: Any) -> str:
 
 
 def key_string(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
-        raise BadValue(f'must be a key such as "ctrl+q" (no spaces), got {show_value(value)}')
-    return value.strip()
+    """One key or several, comma-separated (``"f9,alt+e"``): modifiers, then a key's name."""
+    if isinstance(value, str) and all(_pressable(key) for key in value.strip().split(",")):
+        return value.strip()
+    raise BadValue(
+        'must be a key such as "ctrl+q", "alt+n", "f5" or "escape" (several: "f9,alt+e";'
+        f" modifiers: {', '.join(sorted(_MODIFIERS))}), got {show_value(value)}"
+    )
+
+
+def _pressable(key: str) -> bool:
+    *modifiers, name = key.split("+") if key not in ("+", "") else ["", key]
+    return bool(name) and set(modifiers) <= _MODIFIERS and _KEY_NAME_RE.match(name) is not None
+
+
+def binding_id(value: str) -> str:
+    """A binding id of the keymap; a typo names the ids of its group (or the closest one)."""
+    if value in BINDING_IDS:
+        return value
+    group = value.rsplit(".", 1)[0] + "."
+    same = sorted(b for b in BINDING_IDS if b.startswith(group))
+    close = difflib.get_close_matches(value, list(BINDING_IDS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = f"the {group[:-1]} ones: {', '.join(same)}" if same else "see the README's keys table"
+    raise BadValue(f"is not a binding id{hint}; {listed}")
+
+
+def _theme(value: Any) -> str:
+    name = _text(value)
+    if name in THEMES:
+        return name
+    close = difflib.get_close_matches(name, THEMES, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise BadValue(f"{show_value(value)} is not a theme{hint}; the themes: {', '.join(THEMES)}")
 
 
 def _keymap_table(value: Any) -> dict[str, str]:
@@ -132,7 +190,7 @@ def _keymap_table(value: Any) -> dict[str, str]:
         if not isinstance(binding, str) or not binding:
             raise BadValue(f"binding ids must be non-empty strings, got {show_value(binding)}")
         try:
-            out[binding] = key_string(key)
+            out[binding_id(binding)] = key_string(key)
         except BadValue as err:
             raise BadValue(f"{binding!r} {err}") from None
     return out
@@ -202,7 +260,7 @@ SPECS: dict[str, SettingSpec] = {
             "incognito.read_memory", _boolean, "Incognito sessions may read (never write) memory"
         ),
         SettingSpec("incognito.start_incognito", _boolean, "Start new chats in incognito"),
-        SettingSpec("ui.theme", _text, "Textual theme name"),
+        SettingSpec("ui.theme", _theme, "Textual theme name"),
         SettingSpec(KEYMAP_KEY, _keymap_table, "Key bindings: binding id = key(s)"),
     )
 }

@@ -131,22 +131,32 @@ class SettingsWatcher:
             log.exception("settings on_change callback failed")
         return changed
 
+    def _watched(self) -> tuple[list[str], set[str], set[str]]:
+        """The folders to watch, the paths of interest in them, and the folders among those
+        paths: the file's folder, its parent (so that a folder removed and made again is
+        seen, and the watch armed again on the new one), and a dotfiles link's target
+        folder. Only folders there now can be watched."""
+        folder = self.path.parent.absolute()
+        paths = {str(self.path.absolute()), str(folder)}
+        folders = {str(folder), str(folder.parent)}
+        if self.path.is_symlink():  # a dotfiles link: its target's folder changes too
+            target = Path(os.path.realpath(self.path))  # never raises, even for a loop
+            paths |= {str(target), str(target.parent)}
+            folders.add(str(target.parent))
+        there = sorted(f for f in folders if os.path.isdir(f))
+        return there, paths, folders - {str(folder.parent)}
+
     async def _run(self, ready: asyncio.Event) -> None:
         import watchfiles
 
-        names = {self.path.name}
-        folders = {str(self.path.parent.absolute())}
-        if self.path.is_symlink():  # a dotfiles link: its target's folder changes too
-            target = self.path.resolve()
-            names.add(target.name)
-            folders.add(str(target.parent))
-
-        def wanted(_change: watchfiles.Change, name: str) -> bool:
-            return os.path.basename(name) in names
-
         while not self._stop.is_set():
+            there, paths, rearm = self._watched()
+
+            def wanted(_change: watchfiles.Change, name: str, paths: set[str] = paths) -> bool:
+                return name in paths
+
             changes = watchfiles.awatch(
-                *sorted(folders),
+                *there,
                 watch_filter=wanted,
                 debounce=self._debounce_ms,
                 step=self._step_ms,
@@ -155,6 +165,8 @@ class SettingsWatcher:
             )
             pending: asyncio.Future[set[tuple[watchfiles.Change, str]]] | None = None
             try:
+                if not there:
+                    raise FileNotFoundError(f"no folder of {self.path} exists")
                 # The generator's first step sets up the OS watch, then waits in a thread.
                 pending = asyncio.ensure_future(anext(changes))
                 await asyncio.sleep(0)
@@ -163,10 +175,12 @@ class SettingsWatcher:
                     await self.reload()
                 while True:
                     try:
-                        await pending
+                        batch = await pending
                     except StopAsyncIteration:
                         return
                     await self.reload()
+                    if any(name in rearm for _change, name in batch):
+                        break  # a folder removed or made again: watch the one there now
                     pending = asyncio.ensure_future(anext(changes))
             except asyncio.CancelledError:
                 self._stop.set()

@@ -15,7 +15,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -169,11 +169,14 @@ def name_max(path: Path) -> int:
     return most
 
 
-def write_private_atomic(path: Path, text: str, *, tag: str = "") -> None:
+def write_private_atomic(
+    path: Path, text: str, *, tag: str = "", check: Callable[[], None] | None = None
+) -> None:
     """Write ``text`` through a temp file in the same folder, fsync, rename it over ``path``
     and fsync the folder: readers see the old file or the new one, never half. Mode 0600.
     ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``, ``<name>`` cut
-    where the whole would be too long a name)."""
+    where the whole would be too long a name). ``check``: called last before the rename;
+    what it raises leaves ``path`` as it was (a file another program changed meanwhile)."""
     name = temp_name_base(path, len(os.fsencode(f"..{tag}.tmp")) + 8)  # 8: mkstemp's random
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.{tag}", suffix=".tmp")
     try:
@@ -182,6 +185,8 @@ def write_private_atomic(path: Path, text: str, *, tag: str = "") -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o600)
+        if check is not None:
+            check()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

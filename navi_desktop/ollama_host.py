@@ -51,7 +51,9 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
     try:
         split = urllib.parse.urlsplit(f"{scheme}://{rest}")
     except ValueError as exc:  # "http://[::1": every way in checks first; this is the net
-        raise InvalidInput(f"{raw!r} is not a host: {exc}; use host:port or a URL") from exc
+        raise InvalidInput(
+            f"{shown_url(raw)!r} is not a host: {exc}; use host:port or a URL"
+        ) from exc
     name = split.hostname or "127.0.0.1"
     with contextlib.suppress(ValueError):  # a port that is not a number: keep the default
         port = split.port or port
@@ -63,6 +65,17 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
         pass
     path = split.path.strip("/")
     return f"{scheme}://{name}:{port}" + (f"/{path}" if path else "")
+
+
+_PASSWORD_RE = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s]*:)[^@/\s]*@")
+_SECRET_PARAM_RE = re.compile(r"((?:password|token|key|secret)=)[^&\s]+", re.IGNORECASE)
+
+
+def shown_url(value: str) -> str:
+    """A URL (a host, a DSN) as a message or a log shows it: a password in it (``user:pw@``,
+    ``password=``, a token in the query) replaced by ***."""
+    value = _PASSWORD_RE.sub(r"\1***@", value.strip())
+    return _SECRET_PARAM_RE.sub(r"\1***", value)
 
 
 def resolve_embedding_host(
@@ -115,8 +128,9 @@ def env_host_problems(environ: Mapping[str, str] | None = None) -> list[str]:
         raw = env.get(name, "").strip()
         if raw and env_host(name, env) is None:
             problems.append(
-                f"{name}={raw!r} is not a host (http://name:port, https://name or name:port):"
-                f" {used} instead; fix or unset it, then run `navi daemon stop`"
+                f"{name}={shown_url(raw)!r} is not a host (http://name:port, https://name or"
+                f" name:port, with no user or password): {used} instead; fix or unset it, then"
+                " run `navi daemon stop`"
             )
     return problems
 

@@ -276,8 +276,9 @@ def test_settings_saved_on_a_read_only_disk_say_so_not_internal_error(
     message = str(err)
     assert err.kind == "DiskError" and "internal error" not in message, message
     assert message == (
-        f"cannot write {config / 'config.toml'}: its file system is read-only; the settings"
-        " were not changed: mount it read-write again, then save again"
+        f"cannot write {config / 'config.toml'}: its file system is read-only (mounted so, or"
+        " made so after a disk error); the settings were not changed: mount it read-write"
+        " again (after a disk error, check the disk first: `dmesg`), then save again"
     )
     assert (config / "config.toml").read_text() == CONFIG
 

@@ -73,7 +73,7 @@ start_incognito = true
 [ui]
 theme = "nord"
 [ui.keymap]
-"app.quit" = "ctrl+x"
+"navi.quit" = "ctrl+x"
 """,
     )
     settings, errors = load_settings(config)
@@ -84,9 +84,9 @@ theme = "nord"
     assert settings.memory.effective_profile() == "work"
     assert settings.memory.embedder == "none"
     assert settings.incognito.read_memory is True
-    assert settings.ui.keymap == {"app.quit": "ctrl+x"}
+    assert settings.ui.keymap == {"navi.quit": "ctrl+x"}
     data = settings.to_dict()
-    assert data["ui"]["keymap"] == {"app.quit": "ctrl+x"} and type(data["ui"]["keymap"]) is dict
+    assert data["ui"]["keymap"] == {"navi.quit": "ctrl+x"} and type(data["ui"]["keymap"]) is dict
     assert data["memory"]["budget_tokens"] == 1200
     assert settings.flat()["ollama.chat_model"] == "qwen3"
 
@@ -102,7 +102,7 @@ PREVIOUS = Settings(
     ollama=OllamaSettings("10.0.0.1:11434", "qwen3", "bge-m3", 60.0),
     memory=MemorySettings("p1", 1500, 45, "local"),
     incognito=IncognitoSettings(read_memory=True, start_incognito=True),
-    ui=UISettings("nord", MappingProxyType({"app.quit": "ctrl+x"})),
+    ui=UISettings("nord", MappingProxyType({"navi.quit": "ctrl+x"})),
 )
 
 BAD_VALUES = [
@@ -152,8 +152,8 @@ budget_tokens = "lots"
 inactivity_timeout_min = 10
 budget_token = 900
 [ui.keymap]
-"app.quit" = "ctrl+q"
-"app.help" = 5
+"navi.quit" = "ctrl+q"
+"navi.help" = 5
 [plugins]
 x = 1
 """,
@@ -165,13 +165,13 @@ x = 1
         "plugins",
         "memory.budget_tokens",
         "memory.budget_token",
-        "ui.keymap.app.help",
+        "ui.keymap.navi.help",
     }
     assert by_key["memory.budget_token"].startswith("unknown setting")
     assert "did you mean 'memory.budget_tokens'" in by_key["memory.budget_token"]
     assert settings.memory.inactivity_timeout_min == 10
     assert settings.memory.budget_tokens == 800
-    assert settings.ui.keymap == {"app.quit": "ctrl+q"}
+    assert settings.ui.keymap == {"navi.quit": "ctrl+q"}
     assert str(errors[0]).startswith(errors[0].key + ": ")
 
 
@@ -230,10 +230,14 @@ except InvalidInput as err:
 @pytest.mark.parametrize(
     ("plant", "reason"),
     [
-        (lambda p: os.mkfifo(p), "it is not a regular file"),
-        (lambda p: p.symlink_to("/dev/zero"), "it is not a regular file"),
-        (lambda p: p.mkdir(), "it is a folder"),
-        (lambda p: p.write_bytes(b"#" * (2 << 20)), "it is larger than 1,048,576 bytes"),
+        (lambda p: os.mkfifo(p), "it is not a regular file; move it away"),
+        (lambda p: p.symlink_to("/dev/zero"), "it is not a regular file; move it away"),
+        (lambda p: p.mkdir(), "it is a folder; move it away"),
+        (
+            lambda p: p.write_bytes(b"#" * (2 << 20)),
+            "it is larger than 1,048,576 bytes; a settings file is a few lines: shorten it in"
+            " an editor",
+        ),
     ],
     ids=["named pipe", "link to /dev/zero", "folder", "2 MiB"],
 )
@@ -319,8 +323,8 @@ def test_invalid_save_raises_and_leaves_file(config):
     ]
     with pytest.raises(InvalidInput, match="unknown setting"):
         save_setting(config, "memory.budget", 900)
-    with pytest.raises(InvalidInput, match=r"ui\.keymap\.app\.quit"):
-        save_setting(config, "ui.keymap.app.quit", "ctrl q")
+    with pytest.raises(InvalidInput, match=r"ui\.keymap\.navi\.quit"):
+        save_setting(config, "ui.keymap.navi.quit", "ctrl q")
     assert config.read_text() == USER_FILE and config.stat().st_mtime_ns == before
 
 
@@ -331,7 +335,7 @@ def test_new_file_has_header_and_round_trips(config):
         "memory.profile": "work",
         "memory.embedder": "local",
         "incognito.read_memory": True,
-        "ui.keymap": {"app.quit": "ctrl+q", "chat.send": "ctrl+enter"},
+        "ui.keymap": {"navi.quit": "ctrl+q", "navi.prompt.send": "ctrl+enter"},
     }
     save_settings(config, changes)
     text = config.read_text()
@@ -341,10 +345,10 @@ def test_new_file_has_header_and_round_trips(config):
     assert errors == []
     assert {key: settings.flat()[key] for key in changes} == changes
 
-    save_setting(config, "ui.keymap.app.help", "f1")
-    save_setting(config, "ui.keymap.chat.send", None)
+    save_setting(config, "ui.keymap.navi.help", "f1")
+    save_setting(config, "ui.keymap.navi.prompt.send", None)
     settings, _ = load_settings(config)
-    assert settings.ui.keymap == {"app.quit": "ctrl+q", "app.help": "f1"}
+    assert settings.ui.keymap == {"navi.quit": "ctrl+q", "navi.help": "f1"}
     assert changed_keys(DEFAULTS, settings) == {
         "ollama.host",
         "ollama.timeout_s",

@@ -17,7 +17,6 @@ from typing import Any
 
 from navi_desktop.cli.output import one_line
 
-SHOWN = 3
 CHECKED = "config-checked"
 _loaded: Any = None
 
@@ -54,11 +53,35 @@ def warn(paths: Any) -> None:
         if identity is not None:
             _remember(paths, identity)
         return
-    errors = _daemon_errors(paths) or errors
-    for line in errors[:SHOWN]:
+    from navi_desktop.config import capped
+
+    for line in capped(_daemon_errors(paths) or errors):
         print(f"navi: warning: config.toml: {one_line(line)}", file=sys.stderr)
-    if len(errors) > SHOWN:
-        print(f"navi: warning: config.toml: {len(errors) - SHOWN} more problems", file=sys.stderr)
+
+
+def register(commands: Any) -> None:
+    c = commands.add_parser("config", help="check the settings file (config.toml)")
+    c.set_defaults(help_parser=c)
+    sub = c.add_subparsers(title="config commands", metavar="COMMAND")
+    text = "list every problem of config.toml, with the value in force instead"
+    p = sub.add_parser("check", help=text, description=text[0].upper() + text[1:] + ".")
+    p.set_defaults(handler=cmd_check, help_parser=p, quiet_config=True)
+
+
+def cmd_check(args: Any) -> int:
+    """Every problem, one line each on stdout (the daemon's words when it runs); exit 2 when
+    there is any, so a script can tell."""
+    from navi_desktop.paths import Paths
+
+    paths = Paths.from_env()
+    settings(paths)
+    errors = [str(e) for e in _loaded[2]]
+    if not errors:
+        print(f"{paths.config_file}: no problems")
+        return 0
+    for line in _daemon_errors(paths) or errors:
+        print(one_line(line))
+    return 2
 
 
 def _daemon_errors(paths: Any) -> list[str] | None:

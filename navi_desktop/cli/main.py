@@ -53,11 +53,12 @@ def build_parser(commands: bool = True) -> argparse.ArgumentParser:
     )
     parser.set_defaults(help_parser=parser)
     if commands:
-        from navi_desktop.cli import daemon_cmds, memory
+        from navi_desktop.cli import config_check, daemon_cmds, memory
 
         subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
         memory.register(subparsers)
         daemon_cmds.register(subparsers)
+        config_check.register(subparsers)
     return parser
 
 
@@ -183,7 +184,8 @@ def run(argv: list[str] | None = None) -> int:
         _check_folders()
         if handler is not run_app:  # the app shows config.toml's problems in its banner
             apply_app_options(args)
-            _warn_config()
+            if not getattr(args, "quiet_config", False):  # `navi config check` says them all
+                _warn_config()
         try:
             return handler(args)
         finally:

@@ -332,5 +332,10 @@ def _last_error(log_file: Path, start: int) -> str | None:
     with os.fdopen(fd, "rb") as f:
         f.seek(start)
         tail = f.read(64 * 1024).decode("utf-8", "replace")
-    errors = [line[len("navi: ") :] for line in tail.splitlines() if line.startswith("navi: ")]
+    # A warning (a config.toml problem) is no reason to stop: before, a crash was blamed on one.
+    errors = [
+        line[len("navi: ") :]
+        for line in tail.splitlines()
+        if line.startswith("navi: ") and not line.startswith("navi: warning: ")
+    ]
     return errors[-1] if errors else None

@@ -12,6 +12,7 @@ import errno
 import os
 from pathlib import Path
 
+from navi_desktop import os_errors
 from navi_desktop.disk import (
     free_bytes,
     megabytes,
@@ -26,6 +27,7 @@ from navi_desktop.errors import (
     ProfileMoved,
     ProfileUnreadable,
 )
+from navi_desktop.os_errors import READ_ONLY_FIX
 
 # Light helpers kept apart (the CLI and the daemon's start use them without the engine).
 from navi_desktop.paths import profile_flag, profile_of, profile_option  # noqa: F401
@@ -35,7 +37,8 @@ SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT = 3, 8, 10, 11
 SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_NOTADB = 13, 14, 26
 # An I/O error with less free space than this is a full disk (a WAL frame, a page, an index).
 LOW_SPACE_BYTES = 4 << 20
-READ_ONLY_FIX = "mount it read-write again (after a disk error, check the disk first: `dmesg`)"
+UNTOUCHED = "it was left untouched"
+NEXT_CALL = " and Navi writes again by itself"
 
 
 def damage_fix(path: Path) -> str:
@@ -93,12 +96,9 @@ def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
             f"{free}; {Path(path).name} cannot be opened (SQLite needs room for its log) and was"
             " not changed: free some space and it opens again"
         )
-    error = DiskFull(
-        f"{free}; this change was not saved and everything saved before is intact; free some"
-        " space and Navi writes again by itself"
+    return os_errors.disk_full(
+        path, "this change was not saved and everything saved before is intact", NEXT_CALL
     )
-    error.cause = free
-    return error
 
 
 def moved(path: Path, *, replaced: bool) -> ProfileMoved:
@@ -116,14 +116,8 @@ def moved(path: Path, *, replaced: bool) -> ProfileMoved:
     )
 
 
-def unreadable(path: Path, reason: str) -> ProfileUnreadable:
-    path = Path(path)
-    error = ProfileUnreadable(
-        f"cannot use {path}: {reason}; it was left untouched: give your user read and write"
-        f" access to it and its folder (e.g. `chmod u+rw {path}` and `chmod u+rwx {path.parent}`)"
-    )
-    error.what = reason  # type: ignore[attr-defined]
-    return error
+def unreadable(path: Path, reason: str) -> NaviError:
+    return os_errors.no_access(path, reason, UNTOUCHED, kind=ProfileUnreadable)
 
 
 def not_yours(path: Path, item: Path, owner: int) -> ProfileUnreadable:
@@ -154,14 +148,9 @@ def unreachable(path: Path) -> ProfileUnreadable:
     return error
 
 
-def not_a_file(path: Path, reason: str) -> ProfileUnreadable:
+def not_a_file(path: Path, reason: str) -> NaviError:
     """Something other than a file where the profile's files go: no permission would help."""
-    path = Path(path)
-    error = ProfileUnreadable(
-        f"cannot use {path}: {reason}; it was left untouched: move that away, then try again"
-    )
-    error.what = reason  # type: ignore[attr-defined]
-    return error
+    return os_errors.not_a_file(path, reason, UNTOUCHED, kind=ProfileUnreadable)
 
 
 def linked(path: Path, target: str) -> ProfileUnreadable:
@@ -184,12 +173,7 @@ def linked(path: Path, target: str) -> ProfileUnreadable:
 def read_only_fs(path: Path) -> DiskError:
     """The file system holding ``path`` is mounted read-only: no permission would help. Like
     a full disk, not a state of the profile: the next call tries again."""
-    error = DiskError(
-        f"cannot write {path}: its file system is read-only (mounted so, or made so after a"
-        f" disk error); nothing was changed: {READ_ONLY_FIX}, and Navi writes again by itself"
-    )
-    error.what = "its file system is read-only"  # type: ignore[attr-defined]
-    return error
+    return os_errors.read_only(path, "nothing was changed", "," + NEXT_CALL)
 
 
 def not_set_up(path: Path) -> NaviError:
@@ -262,24 +246,4 @@ def os_failure(exc: OSError, path: Path, *, opening: bool = False) -> NaviError:
 def _translate_os(exc: OSError, path: Path, opening: bool) -> NaviError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return disk_full(path, opening=opening)
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        where = exc.filename or path
-        return unreadable(path, f"permission denied on {where}")
-    if exc.errno == errno.EROFS:
-        return read_only_fs(path)
-    if exc.errno == errno.EISDIR:
-        return not_a_file(path, "it is a folder, not a file")
-    if exc.errno == errno.ENOTDIR and (above := _not_a_folder(path)) is not None:
-        return not_a_file(path, f"{above} is not a folder")
-    return DiskError(f"cannot use {path}: {exc.strerror or exc}; check the disk, then try again")
-
-
-def _not_a_folder(path: Path) -> Path | None:
-    """The nearest folder above ``path`` that something else stands in for (a file, a pipe)."""
-    for folder in reversed(path.parents):
-        try:
-            if not folder.is_dir():
-                return folder if folder.exists() or folder.is_symlink() else None
-        except OSError:
-            return None
-    return None
+    return os_errors.os_refusal(exc, path, UNTOUCHED, kind=ProfileUnreadable)

@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 
 class NaviScreen(InputFirst):
+    SHOWS_CONFIG_ERRORS = False  # the settings screen lists them itself, beside the fields
+
     @property
     def navi(self) -> NaviApp:
         return self.app  # type: ignore[return-value]

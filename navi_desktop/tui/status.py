@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from navi_desktop.config import capped
+
 Counts = Mapping[str, Mapping[str, int]]  # memory.stats "memories": kind -> status -> count
 
 
@@ -100,8 +102,9 @@ class Status:
     def held(self) -> int:
         return self.count("held")
 
-    def problems(self) -> list[str]:
-        """What is wrong, each with how to fix it: the banner's lines, worst first."""
+    def problems(self, config: bool = True) -> list[str]:
+        """What is wrong, each with how to fix it: the banner's lines, worst first;
+        config.toml's problems unless not ``config``."""
         out: list[str] = []
         if self.daemon == "down":
             out.append(
@@ -133,5 +136,6 @@ class Status:
                 "or pull it from Settings (F4)."
             )
         out += list(self.env_errors)
-        out += [f"config.toml: {problem}" for problem in self.config_errors]
+        if config:
+            out += [f"config.toml: {problem}" for problem in capped(list(self.config_errors))]
         return out

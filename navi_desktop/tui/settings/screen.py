@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import Button, Input, Select, Static, Switch
 
+from navi_desktop.config import capped
 from navi_desktop.daemon.client import DaemonUnavailable
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.link import LinkState
@@ -42,6 +43,7 @@ def flatten(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 class SettingsScreen(NaviScreen):
+    SHOWS_CONFIG_ERRORS = True
     DEFAULT_CSS = """
     SettingsScreen #settings { height: 1fr; }
     SettingsScreen #config-errors { display: none; height: auto; padding: 0 1;
@@ -138,7 +140,7 @@ class SettingsScreen(NaviScreen):
         self.config_errors = list(errors)
         box = self.query_one("#config-errors", Static)
         box.set_class(bool(errors), "-shown")
-        lines = [f"⚠ {e}" for e in errors]
+        lines = [f"⚠ {e}" for e in capped(errors)]
         header = "config.toml has problems; those settings keep their default or last good value:"
         box.update(Text("\n".join([header, *lines])) if errors else "")  # not markup
 

@@ -106,7 +106,7 @@ class Banner(Static):
         self.show(self.app.status)  # type: ignore[attr-defined]
 
     def show(self, status: Status) -> None:
-        problems = status.problems()
+        problems = status.problems(not getattr(self.screen, "SHOWS_CONFIG_ERRORS", False))
         self.set_class(bool(problems), "-shown")
         text = "\n".join(f"⚠ {p}" for p in problems)
         if text != self._shown:

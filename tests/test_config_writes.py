@@ -1,0 +1,166 @@
+"""Every save of config.toml goes through one locked writer, and the daemon's watch of it
+survives what happens to the file and its folder: two saves at once, an editor saving while
+the daemon saves, a value too long to read back, an inline table, a symbolic link loop, the
+folder removed and made again."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from navi_desktop import config_save
+from navi_desktop.config import MAX_CONFIG_BYTES
+from navi_desktop.config_save import save_settings
+from navi_desktop.daemon.client import DaemonClient
+from navi_desktop.daemon.main import socket_path
+from navi_desktop.errors import InvalidInput
+from tests.tui_support import DEAD_HOST, Daemon, make_home
+
+LOOP = "it is a symbolic link that leads back to itself"
+
+
+async def settings_call(paths: Any, method: str, params: dict[str, Any] | None = None) -> Any:
+    async with await DaemonClient.connect(socket_path(paths)) as client:
+        return await client.call(method, params or {}, timeout=30)
+
+
+def flat(path: Path) -> dict[str, Any]:
+    data = tomllib.loads(path.read_text())
+    return {
+        f"{section}.{key}": value for section, body in data.items() for key, value in body.items()
+    }
+
+
+async def until_settings(paths: Any, check: Any) -> dict[str, Any]:
+    """settings.get, asked again until ``check`` holds (generous: the watch is ~25 ms)."""
+    for _ in range(400):
+        reply = await settings_call(paths, "settings.get")
+        if check(reply):
+            return reply
+        await asyncio.sleep(0.05)
+    return reply
+
+
+async def test_saves_at_once_each_keep_their_change(tmp_path: Path):
+    # Before, each save read the file, edited it and replaced it on its own: of six saves at
+    # once, each answered success and most changes were gone from the file.
+    paths = make_home(tmp_path, DEAD_HOST)
+    changes = [
+        {"ollama.chat_model": "model-a"},
+        {"memory.budget_tokens": 1234},
+        {"ollama.embedding_model": "emb-b"},
+        {"ui.theme": "nord"},
+        {"memory.inactivity_timeout_min": 77},
+        {"incognito.read_memory": True},
+    ]
+    daemon = await Daemon(paths).start()
+    try:
+        for _ in range(3):
+            paths.config_file.write_text("# my comment\n[memory]\nbackups = 5\n")
+            await asyncio.gather(
+                *(settings_call(paths, "settings.set", {"changes": c}) for c in changes)
+            )
+            saved = flat(paths.config_file)
+            assert all(saved.get(k) == v for c in changes for k, v in c.items()), saved
+            assert saved["memory.backups"] == 5
+            assert paths.config_file.read_text().startswith("# my comment\n")
+    finally:
+        await daemon.stop()
+
+
+def test_an_editor_save_between_reading_and_writing_is_kept(tmp_path: Path, monkeypatch):
+    # An editor saves (a new file renamed over config.toml) just after the writer read the
+    # file: the writer reads it again and edits the editor's file, never overwrites it.
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(mode=0o700)
+    config.write_text('# mine\n[ollama]\nchat_model = "before"\n')
+    edited = config_save._edited
+    saves = []
+
+    def editor_saves_meanwhile(path: Path, old_text: str | None, values: Any) -> str | None:
+        new_text = edited(path, old_text, values)
+        if not saves:
+            swap = config.with_name(".config.toml.swp")
+            swap.write_text('# edited in vim\n[ollama]\nchat_model = "from-editor"\n')
+            os.replace(swap, config)
+            saves.append(1)
+        return new_text
+
+    monkeypatch.setattr(config_save, "_edited", editor_saves_meanwhile)
+    save_settings(config, {"memory.budget_tokens": 500})
+    text = config.read_text()
+    assert text.startswith("# edited in vim\n"), text
+    assert flat(config) == {"ollama.chat_model": "from-editor", "memory.budget_tokens": 500}
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+
+
+def test_a_value_too_long_to_read_back_is_refused(tmp_path: Path):
+    # Before, it was written: a 1.1 MB file no reader takes, and every later save refused.
+    config = tmp_path / "config.toml"
+    config.write_text("# my comment\n[memory]\nbudget_tokens = 900\n")
+    with pytest.raises(InvalidInput) as err:
+        save_settings(config, {"ollama.chat_model": "x" * (MAX_CONFIG_BYTES + 1)})
+    message = str(err.value)
+    assert message.startswith("ollama.chat_model: too long: ") and "give a shorter value" in message
+    assert config.read_text() == "# my comment\n[memory]\nbudget_tokens = 900\n"
+    save_settings(config, {"memory.budget_tokens": 500})
+    assert flat(config) == {"memory.budget_tokens": 500}
+
+
+@pytest.mark.parametrize(
+    "change", [{"ui.keymap.navi.chat.new": "alt+n"}, {"ui.keymap": {"navi.chat.new": "alt+n"}}]
+)
+def test_a_key_binding_saves_into_an_inline_ui_table(tmp_path: Path, change: dict[str, Any]):
+    # Before: "internal error" (tomlkit refuses a [table] inside an inline one).
+    config = tmp_path / "config.toml"
+    config.write_text('# mine\nui = {theme = "nord"}  # inline\n')
+    save_settings(config, change)
+    assert tomllib.loads(config.read_text()) == {
+        "ui": {"theme": "nord", "keymap": {"navi.chat.new": "alt+n"}}
+    }
+    assert config.read_text().startswith("# mine\n")
+
+
+async def test_a_symlink_loop_lets_the_daemon_start_and_a_save_says_why(tmp_path: Path):
+    # Before, the daemon could not start (RuntimeError in the watch), and made while it ran,
+    # a save answered "internal error".
+    paths = make_home(tmp_path, DEAD_HOST)
+    paths.config_file.unlink()
+    paths.config_file.symlink_to(paths.config_file.name)
+    daemon = await Daemon(paths).start()
+    try:
+        status = await settings_call(paths, "daemon.status")
+        assert [LOOP in e and "`rm " in e for e in status["config_errors"]] == [True]
+        with pytest.raises(Exception) as err:
+            await settings_call(paths, "settings.set", {"changes": {"memory.budget_tokens": 500}})
+        assert LOOP in str(err.value) and "internal error" not in str(err.value)
+        assert os.readlink(paths.config_file) == paths.config_file.name
+    finally:
+        await daemon.stop()
+
+
+async def test_the_watch_survives_its_folder_removed_and_made_again(tmp_path: Path):
+    # Before, the watch stayed on the removed folder: no edit applied until a restart.
+    paths = make_home(tmp_path, DEAD_HOST, extra="budget_tokens = 901\n")
+    daemon = await Daemon(paths).start()
+    try:
+        shutil.rmtree(paths.config)
+        await until_settings(paths, lambda r: r["settings"]["memory"]["budget_tokens"] == 800)
+        paths.config.mkdir(mode=0o700)
+        for value in (902, 903):  # the folder made again; then an edit of the file in it
+            paths.config_file.write_text(f"[memory]\nbudget_tokens = {value}\n")
+            reply = await until_settings(
+                paths, lambda r, v=value: r["settings"]["memory"]["budget_tokens"] == v
+            )
+            assert reply["settings"]["memory"]["budget_tokens"] == value
+        paths.config_file.write_text('[memory]\nbudget_tokens = "oops"\n')
+        reply = await until_settings(paths, lambda r: r["errors"])
+        assert reply["errors"][0].startswith("memory.budget_tokens: must be an integer")
+    finally:
+        await daemon.stop()
