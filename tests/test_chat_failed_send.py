@@ -87,7 +87,7 @@ async def test_a_message_the_killed_daemon_kept_stays_on_screen(words: list[str]
             h.fake.script(Reply("Hi."))
             await pilot.press("ctrl+r")
             again = [("user", "hello"), ("assistant", "Hi.")]
-            await until(pilot, lambda: app.screen.reply is None and shown(app) == again)
+            await until(pilot, lambda: app.screen.reply is None and shown(app) == again, timeout=30)
         assert await stored(h) == again
 
 
