@@ -20,6 +20,9 @@ class Peer:
         self.notes.append((method, params))
         return True
 
+    def stop_when_gone(self, task: object) -> None:
+        """This caller never goes away."""
+
 
 def make_service(
     home: Path, ollama_url: str, broadcast: Broadcast, cls: type[Service] = Service

@@ -88,7 +88,7 @@ class ChatMethods:
             turn = run_incognito_turn(
                 session=session, store=store, text=text, **self._turn_args(peer)
             )
-            return await self._incognito_turn(session.id, turn)
+            return await self._incognito_turn(session.id, turn, peer)
 
         store = await self.store(profile)
         if session_id is None:
@@ -119,7 +119,7 @@ class ChatMethods:
                     session.history[:] = before  # a failed answer leaves the old turn in place
                     raise
 
-            return await self._incognito_turn(session_id, incognito_turn())
+            return await self._incognito_turn(session_id, incognito_turn(), peer)
 
         profile = self.profile(params.profile)
         store = await self.store(profile)
@@ -132,9 +132,9 @@ class ChatMethods:
         return await self._stored_turn(profile, store, session_id, peer, turn)
 
     async def _incognito_turn(
-        self, session_id: str, turn: Coroutine[Any, Any, TurnResult]
+        self, session_id: str, turn: Coroutine[Any, Any, TurnResult], peer: Any
     ) -> dict[str, Any]:
-        result = await self._run(session_id, turn)
+        result = await self._run(session_id, turn, peer)
         return result.to_dict() | {"incognito": True}
 
     async def _stored_turn(
@@ -151,7 +151,9 @@ class ChatMethods:
         use_tools = await self._supports_tools(args["model"])
         try:
             result = await self._run(
-                session_id, turn(store=store, session_id=session_id, use_tools=use_tools, **args)
+                session_id,
+                turn(store=store, session_id=session_id, use_tools=use_tools, **args),
+                peer,
             )
         finally:
             self._touch(profile, session_id)
@@ -171,14 +173,16 @@ class ChatMethods:
             return False
 
     async def _run(
-        self: Service, session_id: str, turn: Coroutine[Any, Any, TurnResult]
+        self: Service, session_id: str, turn: Coroutine[Any, Any, TurnResult], peer: Any
     ) -> TurnResult:
-        """Run one turn as the session's only one (``chat.cancel`` cancels it)."""
+        """Run one turn as the session's only one. ``chat.cancel`` cancels it, and so does
+        the caller closing its connection: the turn streams to it alone."""
         if session_id in self._turns:
             turn.close()  # never started: close it rather than leave it un-awaited
             raise InvalidInput(f"session {session_id} is already answering; cancel it first")
         task = asyncio.ensure_future(turn)
         self._turns[session_id] = task
+        peer.stop_when_gone(task)
         try:
             with self.gate.turn():  # a session end's model request stands aside meanwhile
                 return await task

@@ -21,6 +21,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import select
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,8 @@ log = logging.getLogger("navi_desktop.daemon.rpc")
 # default high-water mark, where it starts asking writers to wait).
 TRANSPORT_HIGH = 64 * 1024
 LINGER_S = 1.0  # how long a client whose frame was too large may go on sending
+HANGUP_POLL_S = 0.25  # how often a client that sent EOF is checked for having gone
+TELLS_HANGUP = hasattr(select, "POLLRDHUP")  # Linux's poll (see Connection.hung_up)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,12 @@ class Peer:
     @property
     def closed(self) -> bool:
         return self._conn.closed
+
+    def stop_when_gone(self, task: asyncio.Future[Any]) -> None:
+        """Cancel ``task`` as soon as this client closes its connection: work that streams
+        to it and is worth nothing once it has gone (a chat turn, which keeps what came).
+        Other requests of a client that went away run to their end."""
+        self._conn.stop_when_gone(task)
 
     def subscribed(self, topic: str) -> bool:
         return topic in self.subscriptions or "*" in self.subscriptions
@@ -106,6 +115,7 @@ class Connection:
         self._wake = asyncio.Event()  # something to write
         self._room = asyncio.Event()  # a request finished or the queue shrank
         self._writer_task: asyncio.Task[None] | None = None
+        self._gone_stops: set[asyncio.Future[Any]] = set()  # see stop_when_gone
 
     # -- writing ------------------------------------------------------------------------
 
@@ -218,8 +228,38 @@ class Connection:
                 await asyncio.sleep(0)
         # The client sent EOF: finish what it asked for (it may still be reading), then close.
         while self.tasks and not self.closed:
-            await asyncio.wait(set(self.tasks))
+            watching = bool(self._gone_stops) and TELLS_HANGUP
+            await asyncio.wait(set(self.tasks), timeout=HANGUP_POLL_S if watching else None)
+            if watching and self.hung_up():
+                # It closed its socket (Ctrl+C, a killed client): what streams to it stops
+                # now, not at its next write (a stalled model's turn held its session for
+                # minutes). The rest runs to its end, as before.
+                for task in self._gone_stops:
+                    task.cancel()  # once: a chat turn goes on to keep what came
+                self._gone_stops.clear()
         await self.flushed()
+
+    def stop_when_gone(self, task: asyncio.Future[Any]) -> None:
+        """Cancel ``task`` once the client has closed its connection (:meth:`hung_up`)."""
+        if self.closed:
+            task.cancel()
+            return
+        self._gone_stops.add(task)
+        task.add_done_callback(self._gone_stops.discard)
+
+    def hung_up(self) -> bool:
+        """The client closed its end for good, not only its sending half (whose requests
+        are still answered). Linux tells them apart on a Unix socket: POLLHUP only once both
+        halves are shut. Elsewhere a client that went away is noticed at the next write."""
+        sock = self.writer.get_extra_info("socket")
+        if sock is None or not TELLS_HANGUP:
+            return False
+        poller = select.poll()
+        try:
+            poller.register(sock.fileno(), 0)  # POLLHUP and POLLERR are always reported
+            return bool(poller.poll(0))
+        except (OSError, ValueError):  # closed meanwhile
+            return True
 
     def _spawn(self, line: bytes) -> None:
         task = asyncio.get_running_loop().create_task(self._handle(self, line))
