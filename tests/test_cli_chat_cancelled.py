@@ -47,6 +47,16 @@ def read_until(proc: subprocess.Popen[bytes], words: bytes, timeout: float = 30)
     return data
 
 
+def chat_process(h: Home, *args: str) -> subprocess.Popen[bytes]:
+    """``navi chat *args`` started, its output piped as bytes."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "navi_desktop", "chat", *args],
+        env=h.environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
 def chats(fake: ThreadedFakeOllama) -> int:
     return sum(r.path == "/api/chat" for r in fake.requests)
 
@@ -59,12 +69,7 @@ def test_a_reply_stopped_before_its_end_is_said_and_fails(world, how: str) -> No
     session = first.stderr.split()[-1]
 
     fake.script(Reply(chunks=["Once ", "upon ", "a time"], hang=True))
-    chat = subprocess.Popen(
-        [sys.executable, "-m", "navi_desktop", "chat", "--session", session, "a story"],
-        env=h.environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    chat = chat_process(h, "--session", session, "a story")
     try:
         shown = read_until(chat, b"a time")  # the whole stream came; the reply hangs there
         if how == "chat.cancel":  # another client (the app's Esc, a script)
@@ -98,12 +103,7 @@ def test_json_says_cancelled_and_fails_too(world) -> None:
     session = first.stderr.split()[-1]
     asked = chats(fake)
     fake.script(Reply(chunks=["Once ", "upon "], hang=True))
-    chat = subprocess.Popen(
-        [sys.executable, "-m", "navi_desktop", "chat", "--json", "--session", session, "more"],
-        env=h.environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    chat = chat_process(h, "--json", "--session", session, "more")
     try:
         deadline = time.monotonic() + 30
         while chats(fake) == asked:  # the turn's request has not reached the model yet
@@ -127,12 +127,7 @@ def test_an_incognito_reply_stopped_claims_nothing_was_kept(world) -> None:
     h, fake = world
     h.start()
     fake.script(Reply(chunks=["Once ", "upon "], hang=True))
-    chat = subprocess.Popen(
-        [sys.executable, "-m", "navi_desktop", "chat", "--incognito", "a story"],
-        env=h.environ,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    chat = chat_process(h, "--incognito", "a story")
     try:
         read_until(chat, b"upon")
         assert h.navi("daemon", "stop").returncode == 0

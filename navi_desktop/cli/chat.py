@@ -10,7 +10,9 @@ import sys
 from typing import Any
 
 from navi_desktop.cli.daemon_cmds import connect_daemon, rpc_params
+from navi_desktop.cli.main import CommandError
 from navi_desktop.cli.output import OutputError, emit_json, error, safe
+from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError
 
 CHAT_TIMEOUT_S = 600.0
 OUTPUT_GONE_S = 2.0  # a chat whose output cannot be written: how long its turn may go on
@@ -69,6 +71,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     streaming: dict[str, str] = {}  # the session a reply streams in, once one does
     result: dict[str, Any] = {}  # the turn, once the daemon answered it
+    asked: list[bool] = []  # once the message is on its way
+    line_open: list[bool] = []  # a part of the reply is out, its line not ended
 
     async def main() -> None:
         client = await connect_daemon("`navi chat`")
@@ -85,10 +89,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     continue
                 streaming.setdefault("session", str(note.params.get("session_id")))
                 if not args.json:
+                    line_open.clear()  # until this part is out
                     sys.stdout.write(safe(note.params["text"]))  # the model's: no escapes
                     sys.stdout.flush()
+                    line_open.append(True)
 
         printer = asyncio.ensure_future(show_deltas())
+        asked.append(True)
         call = asyncio.ensure_future(client.call("chat.send", params, timeout=CHAT_TIMEOUT_S))
         try:
             await asyncio.wait({call, printer}, return_when=asyncio.FIRST_COMPLETED)
@@ -129,6 +136,14 @@ def cmd_chat(args: argparse.Namespace) -> int:
         came = "what came of the reply is kept" if streaming else "your message is kept"
         error(f"stopped (Ctrl+C): {came}{where}")
         return 130
+    except NaviError as exc:
+        if not asked:  # nothing was sent: said as any command's failure
+            raise
+        if line_open:
+            sys.stdout.write("\n")  # the part of the reply shown ends its line
+        code = 2 if isinstance(exc, InvalidInput | CorruptDatabase) else 1
+        fate = _message_fate(exc, streaming, args)
+        raise CommandError(f"{str(exc).rstrip('.')}; {fate}", code) from None
     except OutputError as exc:  # `navi chat > /dev/full`: the daemon kept the turn all the same
         session = streaming.get("session") or result.get("session_id") or args.session
         incognito = bool(result.get("incognito") or args.incognito or _incognito_id(session))
@@ -152,6 +167,37 @@ def _incognito_id(session: str | None) -> bool:
     from navi_desktop.daemon.wire import INCOGNITO_PREFIX
 
     return bool(session and session.startswith(INCOGNITO_PREFIX))
+
+
+def _message_fate(exc: NaviError, streaming: dict[str, str], args: argparse.Namespace) -> str:
+    """Whether the daemon kept the message of a send that failed with ``exc``, so that the
+    user knows whether to send it again. The daemon keeps it before it asks for the reply:
+    its error reply tells which (``data.stored``), a word of the reply proves it, and a
+    connection lost before either leaves it unknown."""
+    from navi_desktop.daemon.client import RpcCallError
+    from navi_desktop.paths import profile_flag
+
+    told = exc.data if isinstance(exc, RpcCallError) and isinstance(exc.data, dict) else {}
+    session = told.get("session_id") or streaming.get("session") or args.session
+    session = session if isinstance(session, str) else None
+    incognito = bool(args.incognito or _incognito_id(session))
+    stored = told.get("stored")
+    if not isinstance(stored, bool):  # refused before the turn began, or no answer at all
+        stored = False if isinstance(exc, RpcCallError) else True if streaming else None
+    flag = profile_flag(args.profile)
+    if stored is False:
+        return "your message was not saved"
+    if incognito:  # it lives in the daemon only: gone with it, if that is what went away
+        if told.get("stored") is True:
+            return f"your message is kept in incognito session {session}, in the daemon only"
+        return "your message may not have been kept (incognito: in the daemon only)"
+    if stored is None:
+        see = f"navi sessions show {session}{flag}" if session else f"navi sessions list{flag}"
+        return f"your message may not have been saved: see `{see}` once the daemon is back"
+    return (
+        f"your message was saved in session {session}: open it in the app (`navi{flag}`) and"
+        " press Ctrl+R for its answer rather than send it again"
+    )
 
 
 def _kept_in(session: str | None, incognito: bool, args: argparse.Namespace) -> str:

@@ -155,7 +155,7 @@ async def run_turn(
         user = reuse_user
     # Stored from here on: a failure says so, and the client keeps the message it showed
     # rather than give it back to be sent (and stored) twice.
-    with telling(stored=True, user_message_id=user.id):
+    with telling(stored=True, user_message_id=user.id, session_id=session_id):
         history = [
             {"role": m.role, "content": m.content}
             for m in earlier
@@ -249,7 +249,7 @@ async def run_incognito_turn(
     # to be answered again (Ctrl+R), and the failure says it is kept.
     session.add_user(text)
     parts: list[str] = []
-    with telling(stored=True):
+    with telling(stored=True, session_id=session.id):
         try:
             reply, done, cancelled = await _stream(
                 backend, model, ctx.messages, None, emit, session.id, [], parts, reply_tokens
