@@ -10,14 +10,13 @@ import logging
 import math
 import os
 import re
-import signal
 import stat
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import FrameType
+
+from navi_desktop.stopping import removed_on_stop, stopped_by_signals
 
 log = logging.getLogger(__name__)
 # A copy of the user's memories is written beside its file as ".<name>.<mark><8 random>.tmp"
@@ -35,8 +34,6 @@ STALE_TMP_S = 3600
 FOLDER_LOCK_WAIT_S = 2.0
 # How often a lock another holds is tried again, by default (take_lock).
 LOCK_POLL_S = 0.05
-# What stops a command at a terminal or from a service manager; SIGKILL cannot be caught.
-_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 # What stands at a path, for messages ("it is a named pipe, not a socket").
 _KINDS = (
@@ -180,14 +177,14 @@ def write_private_atomic(
     name = temp_name_base(path, len(os.fsencode(f"..{tag}.tmp")) + 8)  # 8: mkstemp's random
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.{tag}", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle, removed_on_stop(tmp):
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        if check is not None:
-            check()
-        os.replace(tmp, path)
+            os.chmod(tmp, 0o600)
+            if check is not None:
+                check()
+            os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -249,53 +246,11 @@ def _write_export(path: Path, text: str) -> None:
         write_private_atomic(path, text, tag=EXPORT_TMP)
 
 
-class _Stopped(BaseException):
-    """A stopping signal, raised where the code was, so that its cleanup runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def _stopped_by_signals() -> Iterator[None]:
-    """Inside, SIGINT, SIGTERM and SIGHUP raise ``_Stopped`` (the writer's ``except
-    BaseException`` or ``finally``, inside too, removes what was half-written); after it,
-    the signal is delivered again to the handler there was, so the process stops as it
-    would have (inside another such block, that one's handler: it raises there in turn). A
-    signal ignored (``nohup``) stays ignored; off the main thread (the app's export, the
-    daemon's backups and restores) nothing changes: SIGKILL's rule holds there."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        caught.append(signum)
-        if len(caught) == 1:  # a second one must not break off the first one's cleanup
-            raise _Stopped(signum)
-
-    before = {sig: signal.getsignal(sig) for sig in _STOPS}
-    for sig, handler in before.items():
-        if handler not in (signal.SIG_IGN, None):
-            signal.signal(sig, stop)
-    try:
-        yield
-    except _Stopped:
-        pass
-    finally:
-        for sig, handler in before.items():
-            if handler not in (signal.SIG_IGN, None):
-                signal.signal(sig, handler)
-    if caught:
-        signal.raise_signal(caught[0])
-
-
 # -- temporary files a killed writer left ------------------------------------------------------
 
 
 @contextlib.contextmanager
-def writing_in(folder: Path) -> Iterator[None]:
+def writing_in(folder: Path, *temporaries: Path) -> Iterator[None]:
     """Where every copy of the user's memories is written under a temporary name (marked
     as above) in ``folder``, with the writer's cleanup of it inside:
 
@@ -304,13 +259,14 @@ def writing_in(folder: Path) -> Iterator[None]:
     - the folder's lock is held, shared, meanwhile (``_sharing``), so that no cleaner
       removes the file being written;
     - SIGINT, SIGTERM and SIGHUP stop the process only once the writer's cleanup has
-      removed its half-written file (``_stopped_by_signals``). SIGKILL leaves it, for the
-      next writer there to remove.
+      removed its half-written file (``stopped_by_signals``); off the main thread, SIGTERM
+      and SIGHUP remove ``temporaries`` first (``removed_on_stop``). SIGKILL leaves them,
+      for the next writer there to remove.
 
     Before, a backup stopped so (``navi memory backup --to FILE``) left a full copy of the
     profile beside FILE for good: no cleaner knew its name or went to that folder."""
     remove_matching(folder, _LEFT, _LEFT_BY)
-    with _sharing(folder), _stopped_by_signals():
+    with _sharing(folder), removed_on_stop(*temporaries), stopped_by_signals():
         yield
 
 

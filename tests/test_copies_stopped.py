@@ -36,8 +36,8 @@ from tests.daemon_home import navi
 SECRET = export_support.SECRET
 
 # `navi ARGS` that stops just before its file is renamed over FILE or linked to it (the audit
-# events of os.replace and os.link), says "writing" on stderr, and goes on when a line comes
-# on stdin.
+# events of os.replace and os.link; FILE: a name, or the start of one), says "writing" on
+# stderr, and goes on when a line comes on stdin.
 PAUSED = """
 import os, runpy, sys
 paused = []
@@ -45,7 +45,7 @@ paused = []
 def pause(event, args):
     if event not in ("os.rename", "os.link") or paused:
         return
-    if os.path.basename(os.fspath(args[1])) == {name!r}:
+    if os.path.basename(os.fspath(args[1])).startswith({name!r}):
         paused.append(True)
         print("writing", file=sys.stderr, flush=True)
         sys.stdin.readline()
@@ -91,11 +91,12 @@ def written(environ: dict[str, str], writer: Writer, target: Path) -> str:
 
 @contextmanager
 def paused(
-    environ: dict[str, str], writer: Writer, target: Path
+    environ: dict[str, str], writer: Writer, target: Path, at: str | None = None
 ) -> Iterator[subprocess.Popen[str]]:
-    """``writer`` into ``target``, paused with its temporary file written; killed on the way
-    out if it still runs then."""
-    script = textwrap.dedent(PAUSED).format(name=target.name)
+    """``writer`` into ``target``, paused with its temporary file written (``at``: where a
+    file named so, or so at its start, is given its name; ``target``'s by default); killed on
+    the way out if it still runs then."""
+    script = textwrap.dedent(PAUSED).format(name=at or target.name)
     process = subprocess.Popen(
         [sys.executable, "-c", script, *writer.args, str(target)],
         env=environ,
@@ -178,3 +179,25 @@ def test_a_live_writers_temporary_file_is_left_to_it(
     assert out.startswith(writer.said)
     assert temp_files(folder) == []
     assert writer.whole(first) and writer.whole(second)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_restore_stopped_while_a_thread_writes_its_copy_leaves_nothing(
+    environ: dict[str, str], folder: Path, sig: signal.Signals
+) -> None:
+    """`navi memory restore` without a daemon writes its copy in a worker thread, and only
+    the main thread runs a signal handler: before, SIGTERM there stopped the process at once
+    and left the whole copy beside the profile's file, for the next cleaner to find."""
+    backup = folder / "before.db"
+    written(environ, BACKUP, backup)
+    (profile,) = Path(environ["NAVI_HOME"]).rglob("memory.db")
+    before = profile.read_bytes()
+    restore = Writer(("memory", "restore", "--yes"), ".db", "", "")
+    with paused(environ, restore, backup, at=f".{profile.name}.restore-") as process:
+        (tmp,) = temp_files(profile.parent)  # the backup's copy, whole, under its own name
+        assert holds_secret(tmp)
+        process.send_signal(sig)
+        _, err = process.communicate(timeout=60)
+    assert process.returncode == -sig, err
+    assert temp_files(profile.parent) == []
+    assert profile.read_bytes() == before

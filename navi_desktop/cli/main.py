@@ -26,6 +26,7 @@ from navi_desktop.cli.output import (
     whole_stdout,
 )
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError
+from navi_desktop.stopping import remove_temporaries_on_stop
 
 
 class CommandError(Exception):
@@ -176,6 +177,7 @@ def run(argv: list[str] | None = None) -> int:
             args.help_parser.print_help()
             return 0
         handler = run_app
+    remove_temporaries_on_stop()  # a copy written in a thread, then SIGTERM: none left
     try:
         check_text(args)
         if handler is not run_app:  # the app draws on the terminal itself

@@ -18,6 +18,7 @@ from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import nothing_at, write_user_file
 from navi_desktop.paths import Paths
+from navi_desktop.stopping import removed_on_stop
 
 if TYPE_CHECKING:
     from navi_desktop.memory import MemoryStore
@@ -154,12 +155,13 @@ def spooled(raw: bytes) -> Iterator[Path]:
     ensure_own_dir(folder, "run folder")
     fd, name = tempfile.mkstemp(dir=folder, prefix=SPOOL_PREFIX, suffix=".json")
     try:
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(raw)
-        except OSError as exc:  # a full disk: one line, and no half file left
-            raise os_failure(exc, Path(name)) from exc
-        yield Path(name)
+        with removed_on_stop(name):  # nor by SIGTERM
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(raw)
+            except OSError as exc:  # a full disk: one line, and no half file left
+                raise os_failure(exc, Path(name)) from exc
+            yield Path(name)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)

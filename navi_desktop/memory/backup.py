@@ -245,7 +245,8 @@ def copy_database(
     target = Path(target)
     base = temp_name_base(target, len(f"..{COPY_TMP}01234567.tmp-journal"))  # journal fits
     tmp = target.with_name(f".{base}.{COPY_TMP}{secrets.token_hex(4)}.tmp")
-    with writing_in(target.parent):
+    journal = tmp.with_name(tmp.name + "-journal")
+    with writing_in(target.parent, tmp, journal):
         try:
             os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
             _copy_into(source, tmp, expect, checked=checked)
@@ -259,7 +260,7 @@ def copy_database(
             problem = translate(exc, where)
             raise (problem or NaviError(f"cannot copy {source} to {target}: {exc}")) from exc
         finally:
-            for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            for leftover in (tmp, journal):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
     _sync_folder(target.parent)

@@ -116,8 +116,9 @@ def restore_file(backup: Path, path: Path) -> Restored:
     remove_leftovers(path)  # what a killed restore or backup left: a full copy each
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     wal, shm = (path.with_name(path.name + s) for s in ("-wal", "-shm"))
-    with writing_in(path.parent):  # the copy's temporary name is no leftover meanwhile
-        incoming = incoming_name(path)
+    incoming = incoming_name(path)
+    temporaries = (incoming, *(incoming.with_name(incoming.name + s) for s in SIDES))
+    with writing_in(path.parent, *temporaries):  # their names are no leftovers meanwhile
         side: Path | None = None
         side_wal: Path | None = None
         try:
@@ -135,7 +136,7 @@ def restore_file(backup: Path, path: Path) -> Restored:
                     stale.unlink()
             os.replace(incoming, path)
         except BaseException:
-            for leftover in (incoming, *(incoming.with_name(incoming.name + s) for s in SIDES)):
+            for leftover in temporaries:
                 with contextlib.suppress(OSError):
                     leftover.unlink()
             if side_wal is not None and not wal.exists():

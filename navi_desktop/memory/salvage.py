@@ -27,6 +27,7 @@ from navi_desktop.memory.backup import _link_new, _sync_folder
 from navi_desktop.memory.documents import memory_document, message_documents
 from navi_desktop.memory.filecheck import check_file
 from navi_desktop.memory.pages import read_tables
+from navi_desktop.stopping import removed_on_stop
 
 SKIP = {"schema_migrations", "sqlite_sequence", "sqlite_stat1", "sqlite_stat4"}
 ROLES = {"user", "assistant", "tool", "system"}
@@ -70,16 +71,18 @@ async def recover(source: Path) -> Salvage:
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     target = source.with_name(f"{source.stem}.recovered-{stamp}.db")
     tmp = source.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    temporaries = (tmp, *(tmp.with_name(tmp.name + s) for s in ("-wal", "-shm")))
     os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
     try:
-        async with await MemoryStore.open(tmp):  # a fresh file of the current schema
-            pass
-        result = await asyncio.to_thread(_salvage, source, tmp)
-        result.target = target
-        await asyncio.to_thread(_link_new, tmp, target)
+        with removed_on_stop(*temporaries):  # written in a thread: the signal comes to another
+            async with await MemoryStore.open(tmp):  # a fresh file of the current schema
+                pass
+            result = await asyncio.to_thread(_salvage, source, tmp)
+            result.target = target
+            await asyncio.to_thread(_link_new, tmp, target)
         _sync_folder(target.parent)
     finally:
-        for leftover in (tmp, *(tmp.with_name(tmp.name + s) for s in ("-wal", "-shm"))):
+        for leftover in temporaries:
             with contextlib.suppress(OSError):
                 leftover.unlink()
     result.seconds = time.perf_counter() - started
