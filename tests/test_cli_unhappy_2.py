@@ -290,7 +290,9 @@ async def test_a_type_error_inside_a_method_is_an_internal_error_logged(
     sock_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Its words ("got an unexpected keyword argument") made it the caller's "invalid
-    params", with nothing in the log."""
+    params", with nothing in the log. So is a handler that does not take (params, peer): a
+    bug of the daemon's, never of a caller's (every method the daemon serves is wrapped by
+    its parameter model, params.takes or expose, and takes them)."""
 
     def deeper(*, name: str) -> str:
         return name
@@ -310,9 +312,11 @@ async def test_a_type_error_inside_a_method_is_an_internal_error_logged(
         assert str(err.value) == "internal error in test.buggy: TypeError (see the daemon log)"
         logged = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert any("nmae" in (r.exc_text or "") for r in logged), logged
-        with pytest.raises(RpcCallError) as err:  # the call itself: still its parameters'
+        with pytest.raises(RpcCallError) as err:
             await asyncio.to_thread(call_sync, sock_path, "test.arity", {})
-        assert err.value.code == -32602 and "invalid params for test.arity" in str(err.value)
+        assert err.value.code == -32603
+        assert str(err.value) == "internal error in test.arity: TypeError (see the daemon log)"
+        assert any("no_peer()" in (r.exc_text or "") for r in caplog.records), caplog.records
     finally:
         await server.stop()
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import difflib
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -60,20 +59,6 @@ def _valid_id(rid: Any) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-_SIGNATURE_ERROR = re.compile(
-    r"(got an unexpected keyword argument|missing \d+ required (keyword-only |positional )?"
-    r"arguments?|got multiple values for argument|takes \d+ positional arguments? but)"
-)
-
-
-def _is_signature_error(exc: TypeError) -> bool:
-    """A TypeError from the call of the handler itself with wrong parameters. One raised
-    inside it (its traceback goes on into the handler's frames) is a bug with the same words,
-    answered before as the caller's "invalid params" and never logged."""
-    tb = exc.__traceback__
-    return tb is not None and tb.tb_next is None and bool(_SIGNATURE_ERROR.search(str(exc)))
 
 
 class Dispatcher:
@@ -171,11 +156,8 @@ class Dispatcher:
             return error_reply(rid, INVALID_PARAMS, str(exc), type(exc).__name__, error_data(exc))
         except NaviError as exc:
             return error_reply(rid, APP_ERROR, str(exc), type(exc).__name__, error_data(exc))
-        except Exception as exc:
+        except Exception as exc:  # parameters are checked by each method's model (params.py)
             told = error_data(exc)
-            if isinstance(exc, TypeError) and _is_signature_error(exc):
-                message = f"invalid params for {method}: {exc}"
-                return error_reply(rid, INVALID_PARAMS, message, "InvalidInput", told)
             log.exception("internal error in %s", method)
             return error_reply(
                 rid,
