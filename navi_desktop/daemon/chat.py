@@ -156,74 +156,103 @@ async def run_turn(
     # Stored from here on: a failure says so, and the client keeps the message it showed
     # rather than give it back to be sent (and stored) twice.
     with telling(stored=True, user_message_id=user.id, session_id=session_id):
-        history = [
-            {"role": m.role, "content": m.content}
-            for m in earlier
-            if m.role in ("user", "assistant") and m.content
-        ][-HISTORY_MESSAGES:]
-        ctx = await build_context(
-            store,
-            user_text=text,
-            history=history,
+        return await _answer(
+            store=store,
+            backend=backend,
+            model=model,
             session_id=session_id,
-            first_turn=not earlier,
-            settings=context,
+            text=text,
+            user=user,
+            earlier=earlier,
+            emit=emit,
+            context=context,
+            tools=MemoryTools(store, session_id) if use_tools else None,
+            reply_tokens=reply_tokens,
         )
-        await store.record_injections(session_id, user.id, ctx.injections)
-        tools = MemoryTools(store, session_id) if use_tools else None
-        steps: list[dict[str, Any]] = []
-        parts: list[str] = []
-        failed: Exception | None = None
-        try:
-            reply, done, cancelled = await _stream(
-                backend, model, ctx.messages, tools, emit, session_id, steps, parts, reply_tokens
+
+
+async def _answer(
+    *,
+    store: MemoryStore,
+    backend: OllamaBackend,
+    model: str,
+    session_id: str,
+    text: str,
+    user: Message,
+    earlier: list[Message],
+    emit: Emit,
+    context: ContextSettings,
+    tools: MemoryTools | None,
+    reply_tokens: int | None,
+) -> TurnResult:
+    """The reply to ``user`` (``text``, stored), streamed and stored after it."""
+    history = [
+        {"role": m.role, "content": m.content}
+        for m in earlier
+        if m.role in ("user", "assistant") and m.content
+    ][-HISTORY_MESSAGES:]
+    ctx = await build_context(
+        store,
+        user_text=text,
+        history=history,
+        session_id=session_id,
+        first_turn=not earlier,
+        settings=context,
+    )
+    await store.record_injections(session_id, user.id, ctx.injections)
+    steps: list[dict[str, Any]] = []
+    parts: list[str] = []
+    failed: Exception | None = None
+    try:
+        reply, done, cancelled = await _stream(
+            backend, model, ctx.messages, tools, emit, session_id, steps, parts, reply_tokens
+        )
+    except Exception as exc:  # the server failed mid-reply: a dropped connection, a stall
+        failed, reply, done, cancelled = exc, "".join(parts), None, False
+    finally:
+        # Tool calls and results belong in the transcript (extraction reads them), even when
+        # the reply failed or was cancelled. Saved after the reply: what a forget took
+        # meanwhile (the user's, or the model's own memory_forget) is redacted from them as
+        # the forget's scrub would have.
+        for step in steps:
+            await store.save_message(
+                session_id,
+                step["role"],
+                step["content"],
+                name=step.get("name"),
+                meta=step.get("meta"),
+                said_at=user.created_at,
             )
-        except Exception as exc:  # the server failed mid-reply: a dropped connection, a stall
-            failed, reply, done, cancelled = exc, "".join(parts), None, False
-        finally:
-            # Tool calls and results belong in the transcript (extraction reads them), even when
-            # the reply failed or was cancelled. Saved after the reply: what a forget took
-            # meanwhile (the user's, or the model's own memory_forget) is redacted from them as
-            # the forget's scrub would have.
-            for step in steps:
-                await store.save_message(
-                    session_id,
-                    step["role"],
-                    step["content"],
-                    name=step.get("name"),
-                    meta=step.get("meta"),
-                    said_at=user.created_at,
-                )
-        if failed is not None:  # what the user saw of it is kept, as a stopped reply's is
-            if reply.strip():
-                meta = {"model": model, "failed": True}
-                await store.save_message(
-                    session_id, "assistant", reply, meta=meta, said_at=user.created_at
-                )
-            raise failed
-        meta: dict[str, Any] = {"model": model}
-        if done is not None:
-            meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
-        if cancelled:
-            meta["cancelled"] = True
-        cut = _was_cut(done)
-        if cut:
-            meta["cut"] = True
-        saved = None
-        if reply or not cancelled:
-            saved = await store.save_message(
+    if failed is not None:  # what the user saw of it is kept, as a stopped reply's is
+        if reply.strip():
+            meta = {"model": model, "failed": True}
+            await store.save_message(
                 session_id, "assistant", reply, meta=meta, said_at=user.created_at
             )
-        return TurnResult(
-            session_id,
-            reply,
-            user.id,
-            saved.id if saved else None,
-            len(ctx.injections),
-            cancelled,
-            tools.changed if tools else [],
-            cut,
+        raise failed
+    meta: dict[str, Any] = {"model": model}
+    if done is not None:
+        meta |= {"prompt_tokens": done.prompt_eval_count, "reply_tokens": done.eval_count}
+    if cancelled:
+        meta["cancelled"] = True
+    cut = _was_cut(done)
+    if cut:
+        meta["cut"] = True
+    saved = None
+    if reply or not cancelled:
+        saved = await store.save_message(
+            session_id, "assistant", reply, meta=meta, said_at=user.created_at
         )
+    return TurnResult(
+        session_id,
+        reply,
+        user.id,
+        saved.id if saved else None,
+        len(ctx.injections),
+        cancelled,
+        tools.changed if tools else [],
+        cut,
+    )
 
 
 def _was_cut(done: Done | None) -> bool:
