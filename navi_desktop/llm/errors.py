@@ -136,31 +136,28 @@ class PromptTooLong(LLMError):
     """A request that leaves no room for the answer in the model's context."""
 
     kind = "prompt_too_long"
+    words = (
+        "the request needs about {prompt} tokens but the model's context holds"
+        " {context_length} — it is retried in smaller parts; or choose a model with a longer"
+        " context"
+    )
 
     def __init__(self, prompt: int, context_length: int) -> None:
         self.prompt = prompt
         self.context_length = context_length
-        super().__init__(
-            f"the request needs about {prompt} tokens but the model's context holds"
-            f" {context_length} — it is retried in smaller parts; or choose a model with a"
-            " longer context"
-        )
+        super().__init__(self.words.format(prompt=prompt, context_length=context_length))
 
 
-class MessageTooLong(LLMError):
+class MessageTooLong(PromptTooLong):
     """A chat prompt whose instructions and last message alone exceed the model's context:
     the server would cut it from the front (the instructions first), silently."""
 
     kind = "message_too_long"
-
-    def __init__(self, prompt: int, context_length: int) -> None:
-        self.prompt = prompt
-        self.context_length = context_length
-        super().__init__(
-            f"the message and Navi's instructions need about {prompt:,} tokens, and the chat"
-            f" model's context holds {context_length:,}: send a shorter message (or split it),"
-            " or choose a model with a longer context (ollama.chat_model in settings)"
-        )
+    words = (
+        "the message and Navi's instructions need about {prompt:,} tokens, and the chat"
+        " model's context holds {context_length:,}: send a shorter message (or split it),"
+        " or choose a model with a longer context (ollama.chat_model in settings)"
+    )
 
 
 class ToolLoopLimit(LLMError):
