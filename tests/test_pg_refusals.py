@@ -6,6 +6,7 @@ gives it back."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import asyncpg
@@ -22,7 +23,7 @@ from tests.daemon_support import Peer
 from tests.fake_ollama import FakeOllama, Reply
 from tests.pg_support import as_role, profile_name
 from tests.pipeline_helpers import MODELS
-from tests.test_daemon_postgres import on_server, server_service
+from tests.test_daemon_postgres import Proxy, on_server, server_service
 
 DSN = "postgresql://alice@db.example:5432/navi"
 
@@ -124,6 +125,59 @@ async def test_a_chat_on_a_read_only_server_keeps_the_message_and_sends_it_later
     assert ("user", "my passport number is ZX998877") in said
 
 
+async def _ended_while_idle(link: Proxy, pg_dsn: str, role: str) -> None:
+    """The server ends the role's sessions while they are idle, and each one's last words
+    (FATAL 57P01) reach the client before its close does: the driver is then out of step with
+    a connection it still takes for open."""
+    link.closing.clear()
+    before = link.ended
+    await _admin(pg_dsn, _cut(role))
+    for _ in range(400):  # the server ends its side at once; bounded all the same
+        if link.ended > before:
+            break
+        await asyncio.sleep(0.025)
+    assert link.ended > before
+    await asyncio.sleep(0.2)  # the last words read by the client, the close held back
+
+
+async def test_a_session_the_server_ended_while_idle_is_one_line_and_connected_anew(
+    tmp_path, pg_dsn
+):
+    role, role_dsn = await _role(pg_dsn)
+    link = Proxy(role_dsn)
+    await link.up()
+    name = profile_name()
+    try:
+        async with await PgMemoryStore.open(link.dsn, name) as store:
+            await store.add_memory("my bike is blue", source="user_explicit")
+            await _ended_while_idle(link, pg_dsn, role)
+            with pytest.raises(StorageUnavailable) as caught:
+                await store.list_memories()
+            one_line(caught.value, "closed the connection", "try again")
+            listed, _ = await store.list_memories()  # on a new connection
+            assert [m.value for m in listed] == ["my bike is blue"]
+            link.closing.set()
+
+        # A daemon tries again by itself: the user sees nothing of it.
+        async with FakeOllama(MODELS, default_reply=Reply("Noted.")) as fake:
+            service = server_service(tmp_path, fake.url, link.dsn, name, [])
+            try:
+                first = await service.chat_send({"text": "hello"}, Peer())
+                await _ended_while_idle(link, pg_dsn, role)
+                assert (await service.status({}, Peer()))["profile_errors"] == {}
+                await service.chat_send(
+                    {"text": "my locker is 42", "session_id": first["session_id"]}, Peer()
+                )
+                link.closing.set()
+            finally:
+                await service.shutdown(budget_s=5)
+        (said,) = await on_server(role_dsn, name, first["session_id"])
+        assert ("user", "my locker is 42") in said
+    finally:
+        link.closing.set()
+        await link.down()
+
+
 async def test_a_revoked_right_names_the_grant_and_the_chat_message_is_given_back(tmp_path, pg_dsn):
     role, dsn = await _role(pg_dsn)
     name = profile_name()
@@ -203,3 +257,11 @@ async def test_a_nul_in_a_text_is_stored_as_a_replacement_and_counted(tmp_path, 
             moved = await copy_profile(source, target)
             assert moved.nuls_replaced >= 3  # a text and its search document each count
             assert [m.content for m in await target.messages(kept.id)] == ["an old\ufffd message"]
+
+
+async def test_a_value_the_server_cannot_take_is_one_line_naming_it(pg_dsn):
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
+        with pytest.raises(InvalidInput) as caught:  # `navi memory show 99999999999999999999`
+            await store.get(10**20)
+        one_line(caught.value, "cannot take a value", "out of int64 range")
+        assert (await store.add_memory("my bike is blue", source="user_explicit")).memory.id

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.pg.connect import StorageUnavailable, closed_connection, explain, shown
 from navi_desktop.memory.pg.refusals import refusal, sqlstate
 
 log = logging.getLogger(__name__)
@@ -163,9 +164,25 @@ class PgDatabase:
             raise explain(exc, self.dsn) from exc
         try:
             yield conn
+        except asyncpg.DataError as exc:  # a value the driver cannot send (out of range)
+            raise InvalidInput(
+                f"memory server {self.shown} cannot take a value ({_first_line(exc)}): fix"
+                " it and try again; nothing of this change was kept"
+            ) from exc
         except lost as exc:  # a timeout: a statement past its bound (QUERY_S)
             await self._drop_stale(exc)
             raise self._lost(exc, "a statement in time") from exc
+        except asyncpg.InternalClientError as exc:
+            # The driver out of step with the connection: the server ended the session while
+            # it was idle (pg_terminate_backend, a restart) and its last words came before the
+            # close, so the pool handed it out still open. Nothing was sent on it; the others
+            # most likely went the same way.
+            log.info("a connection to %s out of step: %s", self.shown, exc)
+            conn.terminate()
+            await self.pool.expire_connections()
+            raise closed_connection(
+                self.dsn, "it ended the session: a restart, or an administrator"
+            ) from exc
         except asyncpg.PostgresError as exc:  # the server refused: one line, by its SQLSTATE
             await self._drop_stale(exc)
             raise refusal(exc, self.dsn) from exc
@@ -294,6 +311,11 @@ def asyncpg_lost() -> tuple[type[BaseException], ...]:
     import asyncpg
 
     return (asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _rowcount(status: str) -> int:
