@@ -242,8 +242,31 @@ async def test_a_nul_in_a_text_is_stored_as_a_replacement_and_counted(tmp_path, 
     async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
         report = await store.import_data(export)
         assert (report.added, report.nuls_replaced) == (1, 1)
+        # A key and evidence too, and a session's title: each NUL once, though the key's
+        # normal form, the search document and the duplicate checks hold it again.
+        more = {
+            **export,
+            "sessions": [{"id": "s1", "title": "a\x00b", "created_at": "2026-11-28T01:00:00Z"}],
+            "memories": [
+                {
+                    **export["memories"][0],
+                    "id": 2,
+                    "key": "gate\x00code",
+                    "value": "gate\x00code is\x00 9",
+                    "evidence": "said\x00 so",
+                    "session_id": "s1",
+                }
+            ],
+        }
+        report = await store.import_data(more)
+        assert (report.added, report.nuls_replaced) == (1, 5)
+        report = await store.import_data(more)  # all there already: nothing stored
+        assert (report.added, report.skipped, report.nuls_replaced) == (0, 1, 0)
         listed, _ = await store.list_memories()
-        assert [m.value for m in listed] == ["door code\ufffd is 4321"]
+        assert sorted(m.value for m in listed) == [
+            "door code\ufffd is 4321",
+            "gate\ufffdcode is\ufffd 9",
+        ]
         session = await store.create_session("a title\x00 with a NUL")
         said = await store.save_message(session.id, "user", "typed\x00 so")
         assert said.content == "typed\ufffd so"
@@ -255,7 +278,8 @@ async def test_a_nul_in_a_text_is_stored_as_a_replacement_and_counted(tmp_path, 
         await source.save_message(kept.id, "user", "an old\x00 message")
         async with await PgMemoryStore.open(pg_dsn, profile_name()) as target:
             moved = await copy_profile(source, target)
-            assert moved.nuls_replaced >= 3  # a text and its search document each count
+            # Each as the file held it: not again for its search document or a look-up.
+            assert moved.nuls_replaced == 3
             assert [m.content for m in await target.messages(kept.id)] == ["an old\ufffd message"]
 
 

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.export_format import without_nuls
 from navi_desktop.memory.pg.connect import StorageUnavailable, closed_connection, explain, shown
 from navi_desktop.memory.pg.refusals import refusal, sqlstate
 
@@ -40,6 +41,7 @@ CLOSE_S = 5.0
 
 class PgDatabase:
     read_only = False  # as a file's Database says: a server's is always opened to write
+    replaces_nul = True  # see _storable
 
     def __init__(self, pool: Any, dsn: str, query_s: float | None = QUERY_S) -> None:
         self.pool = pool
@@ -49,7 +51,6 @@ class PgDatabase:
             f"navi_pg_conn_{id(self)}", default=None
         )
         self._counts: dict[str, tuple[float, int]] = {}  # see recent_count
-        self.nuls_replaced = 0  # see _storable
 
     @classmethod
     async def connect(
@@ -249,14 +250,13 @@ class PgDatabase:
     def _storable(self, params: Sequence[Any]) -> Sequence[Any]:
         """``params`` with each NUL character in a text as U+FFFD: PostgreSQL text cannot
         hold one, while SQLite's (an import, a migrated file) and JSON can, and refusing it
-        left a profile that could never move to the server. Counted in ``nuls_replaced``,
-        which an import and a migration report."""
+        left a profile that could never move to the server. An import and a migration
+        count them where the data comes in (count_nuls): here a text counts again in each
+        search document and look-up it goes into."""
         if not any(map(_holds_nul, params)):
             return params
-        found = sum(map(_count_nuls, params))
-        self.nuls_replaced += found
-        log.info("%d NUL character(s) in a text stored as U+FFFD", found)
-        return [_without_nuls(p) for p in params]
+        log.debug("a NUL character in a text stored as U+FFFD")
+        return [without_nuls(p) for p in params]
 
 
 # A quoted literal (left as it is), or a placeholder in SQLite's forms: ?NNN or a bare ?.
@@ -284,27 +284,10 @@ def dollars(sql: str) -> str:
     return _PLACEHOLDER.sub(number, sql)
 
 
-NUL_STAND_IN = "\ufffd"
-
-
 def _holds_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\0" in value
     return isinstance(value, list | tuple) and any(map(_holds_nul, value))
-
-
-def _count_nuls(value: Any) -> int:
-    if isinstance(value, str):
-        return value.count("\0")
-    return sum(map(_count_nuls, value)) if isinstance(value, list | tuple) else 0
-
-
-def _without_nuls(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\0", NUL_STAND_IN)
-    if isinstance(value, list | tuple):
-        return [_without_nuls(v) for v in value]
-    return value
 
 
 def asyncpg_lost() -> tuple[type[BaseException], ...]:
