@@ -31,6 +31,12 @@ from navi_desktop.memory.pg.refusals import CONFLICTS, RETRIES, sqlstate
 from navi_desktop.memory.pg.store import ROLES, PgMemoryStore
 
 log = logging.getLogger(__name__)
+# What the outbox kept is replayed as said before any forget, so every phrase forgotten
+# everywhere is redacted from it, whenever it was forgotten: its time is this machine's clock
+# and a forget's another machine's, and a clock ahead by minutes let a value forgotten meanwhile
+# through. Erring on the side of forgetting: a phrase typed again, on purpose, while the server
+# was away arrives redacted too.
+BEFORE_ANY_FORGET = "0001-01-01T00:00:00.000Z"
 
 
 def _waits_on_server(attr: Any) -> bool:
@@ -158,7 +164,7 @@ class BufferedStore:
         for row in await self.outbox.pending():
             if row["kind"] == "session":
                 title = row["title"] and await self._answer(
-                    "redact_forgotten_since", row["title"], row["at"]
+                    "redact_forgotten_since", row["title"], BEFORE_ANY_FORGET
                 )
                 with contextlib.suppress(InvalidInput):  # already there: an earlier replay
                     await self._answer(
@@ -174,10 +180,10 @@ class BufferedStore:
 
     async def _send(self, row: Any) -> None:
         meta = json.loads(row["meta"]) if row["meta"] else None
-        # Said before a forget made meanwhile on another machine: it arrives without it (its
-        # text and its meta, such as a tool call's arguments).
+        # Perhaps said before a forget made meanwhile on another machine: it arrives without
+        # it (its text and its meta, such as a tool call's arguments).
         args = ("save_message", row["session_id"], row["role"], row["content"])
-        kwargs = {"name": row["name"], "at": row["at"], "meta": meta, "said_at": row["at"]}
+        kwargs = {"name": row["name"], "at": row["at"], "meta": meta, "said_at": BEFORE_ANY_FORGET}
         try:
             await self._answer(*args, **kwargs)
         except NotFound:  # its session was deleted meanwhile (another machine): kept anyway
