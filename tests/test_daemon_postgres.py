@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import stat
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -567,44 +566,3 @@ async def test_what_the_outbox_kept_arrives_without_a_value_forgotten_meanwhile_
     async with await PgMemoryStore.open(pg_dsn, name, create=False) as check:
         later = [m.content for s in await check.list_sessions() for m in await check.messages(s.id)]
     assert "the vault code is zorbquux again" in later  # said after the forget: kept
-
-
-@pytest.mark.parametrize("skew_s", [180.0, -180.0])
-async def test_a_clock_off_by_minutes_does_not_bring_a_forgotten_value_back(
-    tmp_path, pg_dsn, monkeypatch, skew_s
-):
-    """Machine A, its clock minutes off, keeps a message in its outbox while the server is
-    away; machine B forgets that value everywhere. A's replay arrives without it: no time of
-    one machine is compared with another's."""
-    import navi_desktop.memory.pg.buffered as buffered
-    from navi_desktop.errors import StorageUnavailable
-    from navi_desktop.memory.clock import iso
-    from navi_desktop.memory.outbox import Outbox
-
-    name = profile_name()
-    away = True
-
-    async def opener() -> PgMemoryStore:
-        if away:
-            raise StorageUnavailable("memory server (test) is not reachable")
-        return await PgMemoryStore.open(pg_dsn, name)
-
-    async with await PgMemoryStore.open(pg_dsn, name) as b:
-        monkeypatch.setattr(
-            buffered, "now_iso", lambda: iso(datetime.now(UTC) + timedelta(seconds=skew_s))
-        )
-        a = buffered.BufferedStore(opener, Outbox(tmp_path / "outbox.db"))
-        try:
-            session = await a.create_session("where the boat key is under the PELICAN stone")
-            await a.save_message(session.id, "user", "the boat key is under the PELICAN stone")
-            assert await a.outbox.count() == 2
-            added = await b.add_memory("the boat key is under the PELICAN stone")
-            await b.forget(added.memory.id)
-            away = False
-            assert await a.replay() == 2
-        finally:
-            await a.close()
-        said = [m.content for m in await b.messages(session.id)]
-        title = (await b.get_session(session.id)).title
-    assert said and not any("PELICAN" in text for text in said), said
-    assert "PELICAN" not in (title or ""), title
