@@ -7,6 +7,7 @@ gives it back."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 import asyncpg
@@ -15,7 +16,9 @@ import pytest
 from navi_desktop.errors import InvalidInput, NaviError, StorageRefused, StorageUnavailable
 from navi_desktop.memory import MemoryStore
 from navi_desktop.memory.copy_profile import copy_profile
+from navi_desktop.memory.outbox import Outbox
 from navi_desktop.memory.pg import PgMemoryStore
+from navi_desktop.memory.pg.buffered import BufferedStore
 from navi_desktop.memory.pg.db import PgDatabase
 from navi_desktop.memory.pg.refusals import refusal
 from navi_desktop.memory.pg.schema import migrate
@@ -289,3 +292,90 @@ async def test_a_value_the_server_cannot_take_is_one_line_naming_it(pg_dsn):
             await store.get(10**20)
         one_line(caught.value, "cannot take a value", "out of int64 range")
         assert (await store.add_memory("my bike is blue", source="user_explicit")).memory.id
+
+
+WAIT_IN_TRIGGER = """
+CREATE FUNCTION navi.test_wait() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_advisory_xact_lock(2);  -- the other side's order crossed: a deadlock
+    PERFORM pg_advisory_xact_lock(1);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER test_wait BEFORE INSERT ON navi.{table} FOR EACH ROW
+    EXECUTE FUNCTION navi.test_wait();
+"""
+UNDO_TRIGGER = "DROP TRIGGER test_wait ON navi.{table}; DROP FUNCTION navi.test_wait()"
+
+
+async def _waiting(holder: asyncpg.Connection) -> int:
+    """The backend waiting for advisory lock 1, once it waits (bounded)."""
+    for _ in range(400):
+        pid = await holder.fetchval(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = 1 AND NOT granted"
+        )
+        if pid:
+            return pid
+        await asyncio.sleep(0.025)
+    raise AssertionError("no statement came to wait for the lock")
+
+
+async def _buffered(tmp_path, pg_dsn: str, name: str) -> BufferedStore:
+    async def opener() -> PgMemoryStore:
+        return await PgMemoryStore.open(pg_dsn, name)
+
+    return BufferedStore(opener, Outbox(tmp_path / "outbox.db"))
+
+
+async def test_a_change_rolled_back_for_a_deadlock_is_tried_again_and_kept(
+    tmp_path, pg_dsn, caplog
+):
+    caplog.set_level(logging.INFO, "navi_desktop.memory.pg.buffered")
+    name = profile_name()
+    store = await _buffered(tmp_path, pg_dsn, name)
+    await store.add_memory("my bike is blue", source="user_explicit")  # the schema made
+    holder = await asyncpg.connect(pg_dsn)
+    await holder.execute(WAIT_IN_TRIGGER.format(table="memories"))
+    try:
+        await holder.execute("SET deadlock_timeout = '1min'")  # the store's side is chosen
+        async with holder.transaction():
+            await holder.execute("SELECT pg_advisory_xact_lock(1)")
+            adding = asyncio.ensure_future(
+                store.add_memory("my car is red", source="user_explicit")
+            )
+            await _waiting(holder)
+            # Lock 2 is the store's: the server finds the deadlock and rolls the store's
+            # transaction back (40P01), which BufferedStore tries again.
+            await holder.execute("SELECT pg_advisory_xact_lock(2)")
+        added = await adding
+        assert added.memory.value == "my car is red"
+    finally:
+        await holder.execute(UNDO_TRIGGER.format(table="memories"))
+        await holder.close()
+    assert "add_memory tried again" in caplog.text and "deadlock" in caplog.text
+    listed, _ = await store.list_memories()
+    assert sorted(m.value for m in listed) == ["my bike is blue", "my car is red"]  # once
+    await store.close()
+
+
+async def test_a_message_cut_off_mid_save_is_kept_not_sent_twice(tmp_path, pg_dsn):
+    """A connection lost while a message is saved is not tried again blindly (its COMMIT
+    may have passed): the outbox keeps it, and its replay stores it once."""
+    name = profile_name()
+    store = await _buffered(tmp_path, pg_dsn, name)
+    session = await store.create_session("a title")
+    holder = await asyncpg.connect(pg_dsn)
+    await holder.execute(WAIT_IN_TRIGGER.format(table="messages"))
+    try:
+        async with holder.transaction():
+            await holder.execute("SELECT pg_advisory_xact_lock(1)")
+            saving = asyncio.ensure_future(store.save_message(session.id, "user", "my pin is 4711"))
+            await holder.execute("SELECT pg_terminate_backend($1)", await _waiting(holder))
+        kept = await saving
+        assert kept.id < 0 and await store.outbox.count() == 1  # in the outbox, not lost
+    finally:
+        await holder.execute(UNDO_TRIGGER.format(table="messages"))
+        await holder.close()
+    said = await store.messages(session.id)  # the outbox replayed first
+    assert [m.content for m in said] == ["my pin is 4711"]
+    assert await store.outbox.count() == 0
+    await store.close()
