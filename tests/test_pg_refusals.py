@@ -112,6 +112,9 @@ async def test_a_chat_on_a_read_only_server_keeps_the_message_and_sends_it_later
                 {"text": "my passport number is ZX998877", "session_id": sid}, Peer()
             )
             assert during["reply"] == "Noted."
+            # The server answers reads, yet the outbox waits: the status says why, not nothing.
+            said = (await service.status({}, Peer()))["profile_errors"][name]["message"]
+            one_line(StorageUnavailable(said), "read-only", "2 messages kept")
             outbox = next(tmp_path.rglob("outbox.db"))
             assert outbox.exists()
             store = await service.store(name)  # what the daemon's memory.add calls

@@ -89,6 +89,9 @@ class BufferedStore:
         self._on_open = on_open
         self._store: PgMemoryStore | None = None
         self.away: str | None = None  # why the server did not answer the last call, if not
+        # Why the outbox keeps writes, while it does: a server that refuses them (read-only,
+        # a full disk) still answers reads, which clear ``away``.
+        self.kept_why: str | None = None
         self._silent_until = 0.0  # monotonic time until which a silent server is not asked
         # Calls given up on (see _answer), held until they end: a task nothing refers to may
         # be collected before it finishes.
@@ -174,6 +177,7 @@ class BufferedStore:
                 await self._send(row)
             await self.outbox.done(row["seq"])
             sent += 1
+        self.kept_why = None
         if sent:
             log.info("memory server back: %d kept writes sent", sent)
         return sent
@@ -222,6 +226,7 @@ class BufferedStore:
                 return await self._answer("create_session", title, session_id=sid, at=when)
             except StorageUnavailable as exc:
                 log.warning("keeping a new session locally: %s", exc)
+                self.kept_why = str(exc)
         async with self._lock:
             await self.outbox.add("session", sid, title=title, at=when)
         return Session(sid, title, when, when, "open", 0, None, None)
@@ -269,6 +274,7 @@ class BufferedStore:
                 )
             except StorageUnavailable as exc:
                 log.warning("keeping a message locally: %s", exc)
+                self.kept_why = str(exc)
         async with self._lock:
             seq = await self.outbox.add(
                 "message",
