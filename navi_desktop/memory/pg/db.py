@@ -10,7 +10,7 @@ import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -51,6 +51,7 @@ class PgDatabase:
             f"navi_pg_conn_{id(self)}", default=None
         )
         self._counts: dict[str, tuple[float, int]] = {}  # see recent_count
+        self.server_settings: dict[str, str] = {}  # see connect, and claim
 
     @classmethod
     async def connect(
@@ -70,6 +71,11 @@ class PgDatabase:
             if await conn.fetchval("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
                 await register_vector(conn)
 
+        server_settings = {
+            "search_path": f"{SCHEMA}, public",
+            "application_name": "navi",
+            **(settings or {}),
+        }
         try:
             pool = await asyncpg.create_pool(
                 dsn,
@@ -78,15 +84,13 @@ class PgDatabase:
                 timeout=timeout,
                 command_timeout=query_s,  # every statement, ROLLBACK and cancel included
                 init=setup,
-                server_settings={
-                    "search_path": f"{SCHEMA}, public",
-                    "application_name": "navi",
-                    **(settings or {}),
-                },
+                server_settings=server_settings,
             )
         except Exception as exc:  # every connect failure becomes one line naming the server
             raise explain(exc, dsn) from exc
-        return cls(pool, dsn, query_s)
+        db = cls(pool, dsn, query_s)
+        db.server_settings = server_settings
+        return db
 
     @property
     def shown(self) -> str:
@@ -146,9 +150,23 @@ class PgDatabase:
 
     @asynccontextmanager
     async def claim(self) -> AsyncIterator[Any]:
-        """A connection of the pool for the caller alone (not the scope's), e.g. to hold a
-        session-level advisory lock across other statements."""
-        async with self._acquire() as conn:
+        """A connection for the caller alone, e.g. to hold a session-level advisory lock
+        across other statements. Not one of the pool's: a claim is held for minutes (a
+        session's processing), and four sessions ending at once took the pool's every
+        connection, so the statements made under their claims waited for one in vain."""
+        import asyncpg
+
+        try:
+            conn = await asyncpg.connect(
+                self.dsn,
+                timeout=CONNECT_S,
+                command_timeout=self.query_s,
+                server_settings=self.server_settings,
+            )
+        except Exception as exc:
+            raise explain(exc, self.dsn) from exc
+        # Closed in CLOSE_S at most: asyncpg drops one whose close is not answered.
+        async with self._held(conn, lambda: asyncio.wait_for(conn.close(), CLOSE_S)):
             yield conn
 
     @asynccontextmanager
@@ -163,6 +181,16 @@ class PgDatabase:
             raise self._lost(exc, f"within {time.monotonic() - started:.0f} s") from exc
         except asyncpg.PostgresError as exc:  # a new connection refused (too many, a restart)
             raise explain(exc, self.dsn) from exc
+        async with self._held(conn, lambda: self.pool.release(conn, timeout=RELEASE_S)):
+            yield conn
+
+    @asynccontextmanager
+    async def _held(self, conn: Any, give_back: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+        """``conn`` in use, a driver error on it as one line naming the cause and the fix;
+        given back (to the pool, or closed) whatever happened."""
+        import asyncpg
+
+        lost = (OSError, *asyncpg_lost())
         try:
             yield conn
         except asyncpg.DataError as exc:  # a value the driver cannot send (out of range)
@@ -189,9 +217,9 @@ class PgDatabase:
             raise refusal(exc, self.dsn) from exc
         finally:
             try:
-                await self.pool.release(conn, timeout=RELEASE_S)
+                await give_back()
             except Exception as exc:  # asyncpg dropped the connection; the pool makes another
-                log.debug("a connection to %s dropped on release: %s", self.shown, exc)
+                log.debug("a connection to %s dropped on its return: %s", self.shown, exc)
 
     async def _drop_stale(self, exc: BaseException) -> None:
         """After a lost connection (a restart, a terminated backend), the pool's other idle
