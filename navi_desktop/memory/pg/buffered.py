@@ -160,7 +160,11 @@ class BufferedStore:
         """Send what the outbox holds to the server, in order; the number sent. Stops at the
         first write the server cannot take yet (the rest waits for the next try)."""
         async with self._lock:
-            return await self._replay()
+            try:
+                return await self._replay()
+            except StorageUnavailable as exc:
+                self.kept_why = str(exc)
+                raise
 
     async def _replay(self) -> int:
         sent = 0
