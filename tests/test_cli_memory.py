@@ -457,13 +457,18 @@ def test_import_twice_adds_nothing(cli, cli_json, tmp_path):
     path = tmp_path / "export.json"
     assert cli("export", "-o", str(path))[0] == 0
     first = cli_json("import", str(path), profile="bob")
-    assert first == {"added": 5, "skipped": 0, "blocked": 0}
+    assert first == {"added": 5, "skipped": 0, "blocked": 0, "nuls_replaced": 0}
     after_first = snapshot(cli_json, profile="bob")
     second = cli_json("import", str(path), profile="bob")
-    assert second == {"added": 0, "skipped": 5, "blocked": 0}
+    assert second == {"added": 0, "skipped": 5, "blocked": 0, "nuls_replaced": 0}
     assert snapshot(cli_json, profile="bob") == after_first
     # importing into the profile it came from adds nothing either
-    assert cli_json("import", str(path)) == {"added": 0, "skipped": 5, "blocked": 0}
+    assert cli_json("import", str(path)) == {
+        "added": 0,
+        "skipped": 5,
+        "blocked": 0,
+        "nuls_replaced": 0,
+    }
 
 
 def test_import_blocks_what_was_forgotten(cli, cli_json, tmp_path):
@@ -471,7 +476,12 @@ def test_import_blocks_what_was_forgotten(cli, cli_json, tmp_path):
     path = tmp_path / "export.json"
     cli("export", "-o", str(path))
     cli("forget", "1", "--yes")
-    assert cli_json("import", str(path)) == {"added": 0, "skipped": 0, "blocked": 1}
+    assert cli_json("import", str(path)) == {
+        "added": 0,
+        "skipped": 0,
+        "blocked": 1,
+        "nuls_replaced": 0,
+    }
     assert snapshot(cli_json) == []
 
 
@@ -479,7 +489,12 @@ def test_import_from_stdin(cli, cli_json, monkeypatch):
     add(cli_json, "k", "v")
     _, out, _ = cli("export")
     monkeypatch.setattr(sys, "stdin", io.StringIO(out))
-    assert cli_json("import", "-", profile="bob") == {"added": 1, "skipped": 0, "blocked": 0}
+    assert cli_json("import", "-", profile="bob") == {
+        "added": 1,
+        "skipped": 0,
+        "blocked": 0,
+        "nuls_replaced": 0,
+    }
 
 
 def test_import_invalid_json_reports_line_and_changes_nothing(cli, cli_json, home, tmp_path):

@@ -31,7 +31,8 @@ class Proxy:
     """A TCP port that forwards to the server; ``down()`` is an outage (listener and every
     live connection cut), ``up()`` the server back on the same port; ``flowing.clear()`` a
     server that hangs (connections stay open, nothing comes back), ``flowing.set()`` it
-    answering again."""
+    answering again; ``closing.clear()`` a link the server ended that reaches the client
+    only as its last words, not yet as a close (counted in ``ended``)."""
 
     def __init__(self, target_dsn: str) -> None:
         parts = urlsplit(target_dsn)
@@ -45,6 +46,9 @@ class Proxy:
         self.links: set[asyncio.StreamWriter] = set()
         self.flowing = asyncio.Event()
         self.flowing.set()
+        self.closing = asyncio.Event()
+        self.closing.set()
+        self.ended = 0
 
     @property
     def dsn(self) -> str:
@@ -74,7 +78,7 @@ class Proxy:
             up_reader, up_writer = await asyncio.open_connection(*self.target)
         self.links |= {writer, up_writer}
 
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter, back: bool) -> None:
             try:
                 while data := await src.read(65536):
                     await self.flowing.wait()
@@ -83,9 +87,12 @@ class Proxy:
             except (ConnectionError, OSError):
                 pass
             finally:
+                if back:
+                    self.ended += 1
+                    await self.closing.wait()
                 dst.transport.abort()
 
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        await asyncio.gather(pipe(reader, up_writer, False), pipe(up_reader, writer, True))
 
 
 @pytest.fixture
@@ -96,6 +103,7 @@ async def proxy(pg_dsn):
     await link.up()
     yield link
     link.flowing.set()
+    link.closing.set()
     await link.down()
 
 

@@ -9,10 +9,12 @@ was: in the transcript, its search index and the file."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from navi_desktop.memory.clock import iso
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.outbox import Outbox
 from navi_desktop.memory.pg import PgMemoryStore
@@ -101,12 +103,17 @@ async def test_a_reply_saved_after_a_forget_is_saved_without_it(
     assert not holds(path, word, any_case=True)
 
 
+@pytest.mark.parametrize("skew_s", [0.0, 180.0, -180.0])
 @pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
 async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
-    tmp_path: Path, pg_dsn: str, value, text, expected, word
+    tmp_path: Path, pg_dsn: str, value, text, expected, word, skew_s, monkeypatch
 ) -> None:
     """A machine away from the memory server keeps a new session (its title) and a message;
-    another forgets the value everywhere; the replay, said before, arrives without it."""
+    another forgets the value everywhere; the replay, said before, arrives without it. The
+    first machine's clock minutes ahead or behind the other's changes nothing: no time of one
+    is compared with the other's."""
+    clock = lambda: iso(datetime.now(UTC) + timedelta(seconds=skew_s))  # noqa: E731
+    monkeypatch.setattr("navi_desktop.memory.pg.buffered.now_iso", clock)
     name = profile_name()
     away = True
 

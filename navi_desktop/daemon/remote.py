@@ -88,15 +88,16 @@ class RemoteProfiles:
         what waits in its outbox (the same shape as the file profiles' errors)."""
         out = {}
         for profile, store in sorted(self._stores.items()):
-            if store.away is None:
-                continue
             waiting = await store.outbox.messages_waiting()
+            why = store.away or (store.kept_why if waiting else None)
+            if why is None:
+                continue
             kept = (
                 f"; {waiting} message{'s' * (waiting != 1)} kept on this machine until it is back"
                 if waiting
                 else "; what you type is kept on this machine meanwhile"
             )
-            out[profile] = {"kind": "StorageUnavailable", "message": store.away + kept}
+            out[profile] = {"kind": "StorageUnavailable", "message": why + kept}
         return out
 
     def shown_server(self) -> str | None:

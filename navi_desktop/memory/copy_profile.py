@@ -80,12 +80,11 @@ async def copy_profile(source: Any, target: Any) -> CopyReport:
     if src.where == dst.where:
         raise InvalidInput(f"{src.where} is both the source and the target of the copy")
     report = CopyReport(src.where, dst.where)
-    nuls = getattr(dst.db, "nuls_replaced", 0)
     async with src.snapshot(), dst.writing():
         await _check_tables(src, dst)
         await _check_empty(dst)
         await _copy(src, dst, report)
-    report.nuls_replaced = getattr(dst.db, "nuls_replaced", 0) - nuls
+    report.nuls_replaced = dst.nuls_replaced
     dst.forget_caches()
     return report
 

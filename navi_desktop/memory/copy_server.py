@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from navi_desktop.memory.copy_sides import Side
+from navi_desktop.memory.export_format import count_nuls
 
 _CASTS = {"int8": int, "int4": int, "float8": float}
 
@@ -73,6 +74,7 @@ class PgSide(Side):
         types = await self.columns(table)
         names = [c for c in rows[0] if not (returning and c == "id")]
         arrays = [[self._cast(types[c], r[c]) for r in rows] for c in names]
+        self.nuls_replaced += count_nuls(arrays)  # the rows' own texts, not their documents
         casts = [f"${i + 1}::{types[c]}[]" for i, c in enumerate(names)]
         picked = [f"t.{c}" for c in names]
         targets, aliases = list(names), list(names)

@@ -37,6 +37,7 @@ class Side:
         self.store = store
         self.db = store.db
         self._columns: dict[str, dict[str, str]] = {}
+        self.nuls_replaced = 0  # NULs in the rows written, stored as U+FFFD (a server's)
 
     @property
     def where(self) -> str:

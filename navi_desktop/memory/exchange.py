@@ -15,6 +15,7 @@ from navi_desktop.memory.export_format import (
     IMPORT_COLUMNS,
     VERSION,
     ImportReport,
+    count_nuls,
     export_document,
     export_markdown_text,
     import_history,
@@ -24,6 +25,7 @@ from navi_desktop.memory.export_format import (
     parse_export,
     remap_history,
     validate_export,
+    without_nuls,
 )
 from navi_desktop.memory.facts import HISTORY_COLUMNS, MEMORY_COLUMNS
 from navi_desktop.memory.textproc import normalize
@@ -70,21 +72,30 @@ class ExchangeOps:
         One transaction: a bad item leaves the profile unchanged."""
         data = validate_export(data)
         report = ImportReport()
-        nuls = getattr(self.db, "nuls_replaced", 0)
+        nuls: dict[Any, int] = {}
+        if getattr(self.db, "replaces_nul", False):
+            # Compared as stored: an item held before, or forgotten, is known as it is here.
+            nuls = {("s", s["id"]): count_nuls(s) for s in data.get("sessions", [])}
+            nuls |= {("m", m["id"]): count_nuls(m) for m in data["memories"]}
+            data = without_nuls(data)
         async with self.db.transaction():
             for s in data.get("sessions", []):
                 title = s.get("title")
                 if title and await self._forgotten_phrase([title]):
                     title = None
-                await self.db.execute(
+                if await self.db.execute(
                     "INSERT INTO sessions (id, title, created_at, last_active_at, state, ended_at)"
                     " VALUES (?1, ?2, ?3, ?3, 'ended', ?3) ON CONFLICT DO NOTHING",
                     (s["id"], title, s["created_at"]),
-                )
+                ):
+                    report.nuls_replaced += nuls.get(("s", s["id"]), 0)
             items = sorted(data["memories"], key=lambda m: m["id"])
             known = await self._import_keys(items)
             for item in items:
+                added = report.added
                 await self._import_one(item, report, known)
+                if report.added > added:
+                    report.nuls_replaced += nuls.get(("m", item["id"]), 0)
             for item in items:  # links between versions, once every id is known
                 new_id = report.ids.get(item["id"])
                 target = report.ids.get(item.get("superseded_by"))
@@ -93,7 +104,6 @@ class ExchangeOps:
                         "UPDATE memories SET superseded_by = ? WHERE id = ?", (target, new_id)
                     )
             await self._remap_history_ids(report)
-        report.nuls_replaced = getattr(self.db, "nuls_replaced", 0) - nuls
         return report
 
     async def _remap_history_ids(self: Store, report: ImportReport) -> None:

@@ -81,6 +81,31 @@ class ImportReport:
     nuls_replaced: int = 0  # NUL characters stored as U+FFFD (the memory server's, pg/db.py)
 
 
+def count_nuls(value: Any) -> int:
+    """NUL characters in the texts of ``value`` (a row, an item, nested lists and dicts): what
+    a memory server stores as U+FFFD (pg/db.py), counted once where the data came in, not in
+    the search documents and look-ups the same text then goes into."""
+    if isinstance(value, str):
+        return value.count("\0")
+    if isinstance(value, dict):
+        value = list(value.values())
+    return sum(map(count_nuls, value)) if isinstance(value, list | tuple) else 0
+
+
+NUL_STAND_IN = "\ufffd"
+
+
+def without_nuls(value: Any) -> Any:
+    """``value`` with each NUL in its texts as U+FFFD, as a memory server stores it."""
+    if isinstance(value, str):
+        return value.replace("\0", NUL_STAND_IN)
+    if isinstance(value, dict):
+        return {k: without_nuls(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [without_nuls(v) for v in value]
+    return value
+
+
 class _BadNumber(ValueError):
     pass
 

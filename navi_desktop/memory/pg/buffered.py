@@ -31,6 +31,12 @@ from navi_desktop.memory.pg.refusals import CONFLICTS, RETRIES, sqlstate
 from navi_desktop.memory.pg.store import ROLES, PgMemoryStore
 
 log = logging.getLogger(__name__)
+# What the outbox kept is replayed as said before any forget, so every phrase forgotten
+# everywhere is redacted from it, whenever it was forgotten: its time is this machine's clock
+# and a forget's another machine's, and a clock ahead by minutes let a value forgotten meanwhile
+# through. Erring on the side of forgetting: a phrase typed again, on purpose, while the server
+# was away arrives redacted too.
+BEFORE_ANY_FORGET = "0001-01-01T00:00:00.000Z"
 
 
 def _waits_on_server(attr: Any) -> bool:
@@ -83,6 +89,9 @@ class BufferedStore:
         self._on_open = on_open
         self._store: PgMemoryStore | None = None
         self.away: str | None = None  # why the server did not answer the last call, if not
+        # Why the outbox keeps writes, while it does: a server that refuses them (read-only,
+        # a full disk) still answers reads, which clear ``away``.
+        self.kept_why: str | None = None
         self._silent_until = 0.0  # monotonic time until which a silent server is not asked
         # Calls given up on (see _answer), held until they end: a task nothing refers to may
         # be collected before it finishes.
@@ -151,14 +160,18 @@ class BufferedStore:
         """Send what the outbox holds to the server, in order; the number sent. Stops at the
         first write the server cannot take yet (the rest waits for the next try)."""
         async with self._lock:
-            return await self._replay()
+            try:
+                return await self._replay()
+            except StorageUnavailable as exc:
+                self.kept_why = str(exc)
+                raise
 
     async def _replay(self) -> int:
         sent = 0
         for row in await self.outbox.pending():
             if row["kind"] == "session":
                 title = row["title"] and await self._answer(
-                    "redact_forgotten_since", row["title"], row["at"]
+                    "redact_forgotten_since", row["title"], BEFORE_ANY_FORGET
                 )
                 with contextlib.suppress(InvalidInput):  # already there: an earlier replay
                     await self._answer(
@@ -168,16 +181,17 @@ class BufferedStore:
                 await self._send(row)
             await self.outbox.done(row["seq"])
             sent += 1
+        self.kept_why = None
         if sent:
             log.info("memory server back: %d kept writes sent", sent)
         return sent
 
     async def _send(self, row: Any) -> None:
         meta = json.loads(row["meta"]) if row["meta"] else None
-        # Said before a forget made meanwhile on another machine: it arrives without it (its
-        # text and its meta, such as a tool call's arguments).
+        # Perhaps said before a forget made meanwhile on another machine: it arrives without
+        # it (its text and its meta, such as a tool call's arguments).
         args = ("save_message", row["session_id"], row["role"], row["content"])
-        kwargs = {"name": row["name"], "at": row["at"], "meta": meta, "said_at": row["at"]}
+        kwargs = {"name": row["name"], "at": row["at"], "meta": meta, "said_at": BEFORE_ANY_FORGET}
         try:
             await self._answer(*args, **kwargs)
         except NotFound:  # its session was deleted meanwhile (another machine): kept anyway
@@ -216,6 +230,7 @@ class BufferedStore:
                 return await self._answer("create_session", title, session_id=sid, at=when)
             except StorageUnavailable as exc:
                 log.warning("keeping a new session locally: %s", exc)
+                self.kept_why = str(exc)
         async with self._lock:
             await self.outbox.add("session", sid, title=title, at=when)
         return Session(sid, title, when, when, "open", 0, None, None)
@@ -263,6 +278,7 @@ class BufferedStore:
                 )
             except StorageUnavailable as exc:
                 log.warning("keeping a message locally: %s", exc)
+                self.kept_why = str(exc)
         async with self._lock:
             seq = await self.outbox.add(
                 "message",

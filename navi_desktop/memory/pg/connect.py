@@ -29,6 +29,16 @@ START_HINT = (
 )
 
 
+def closed_connection(dsn: str, text: str) -> StorageUnavailable:
+    """A connection dropped mid-statement: the pool connects anew on the next call, and a
+    daemon's chat turn and memory calls try once more by themselves (pg/buffered.py)."""
+    closed = f"memory server {shown(dsn)} closed the connection ({text})"
+    error = StorageUnavailable(f"{closed}: try again; Navi connects anew")
+    error.cause = closed
+    error.sqlstate = "08006"  # type: ignore[attr-defined]  # a lost connection's class
+    return error
+
+
 def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
     """One line for a failed connection attempt."""
     import asyncpg  # the postgres extra; imported only when a profile lives on a server
@@ -59,13 +69,7 @@ def explain(exc: BaseException, dsn: str) -> StorageUnavailable:
             f"memory server DSN {where} is not valid ({text}): fix [memory] dsn or NAVI_PG_DSN"
         )
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.ConnectionDoesNotExistError):
-        # A connection dropped mid-statement: the pool connects anew on the next call, and a
-        # daemon's chat turn and memory calls try once more by themselves (pg/buffered.py).
-        closed = f"memory server {where} closed the connection ({text})"
-        error = StorageUnavailable(f"{closed}: try again; Navi connects anew")
-        error.cause = closed
-        error.sqlstate = "08006"  # type: ignore[attr-defined]  # a lost connection's class
-        return error
+        return closed_connection(dsn, text)
     if isinstance(exc, asyncpg.PostgresError):  # refused once connected (too many, a restart)
         from navi_desktop.memory.pg.refusals import refusal
 

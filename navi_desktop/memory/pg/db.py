@@ -10,11 +10,13 @@ import functools
 import logging
 import re
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from navi_desktop.memory.pg.connect import StorageUnavailable, explain, shown
+from navi_desktop.errors import InvalidInput
+from navi_desktop.memory.export_format import without_nuls
+from navi_desktop.memory.pg.connect import StorageUnavailable, closed_connection, explain, shown
 from navi_desktop.memory.pg.refusals import refusal, sqlstate
 
 log = logging.getLogger(__name__)
@@ -39,6 +41,7 @@ CLOSE_S = 5.0
 
 class PgDatabase:
     read_only = False  # as a file's Database says: a server's is always opened to write
+    replaces_nul = True  # see _storable
 
     def __init__(self, pool: Any, dsn: str, query_s: float | None = QUERY_S) -> None:
         self.pool = pool
@@ -48,7 +51,7 @@ class PgDatabase:
             f"navi_pg_conn_{id(self)}", default=None
         )
         self._counts: dict[str, tuple[float, int]] = {}  # see recent_count
-        self.nuls_replaced = 0  # see _storable
+        self.server_settings: dict[str, str] = {}  # see connect, and claim
 
     @classmethod
     async def connect(
@@ -68,6 +71,11 @@ class PgDatabase:
             if await conn.fetchval("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
                 await register_vector(conn)
 
+        server_settings = {
+            "search_path": f"{SCHEMA}, public",
+            "application_name": "navi",
+            **(settings or {}),
+        }
         try:
             pool = await asyncpg.create_pool(
                 dsn,
@@ -76,15 +84,13 @@ class PgDatabase:
                 timeout=timeout,
                 command_timeout=query_s,  # every statement, ROLLBACK and cancel included
                 init=setup,
-                server_settings={
-                    "search_path": f"{SCHEMA}, public",
-                    "application_name": "navi",
-                    **(settings or {}),
-                },
+                server_settings=server_settings,
             )
         except Exception as exc:  # every connect failure becomes one line naming the server
             raise explain(exc, dsn) from exc
-        return cls(pool, dsn, query_s)
+        db = cls(pool, dsn, query_s)
+        db.server_settings = server_settings
+        return db
 
     @property
     def shown(self) -> str:
@@ -144,9 +150,23 @@ class PgDatabase:
 
     @asynccontextmanager
     async def claim(self) -> AsyncIterator[Any]:
-        """A connection of the pool for the caller alone (not the scope's), e.g. to hold a
-        session-level advisory lock across other statements."""
-        async with self._acquire() as conn:
+        """A connection for the caller alone, e.g. to hold a session-level advisory lock
+        across other statements. Not one of the pool's: a claim is held for minutes (a
+        session's processing), and four sessions ending at once took the pool's every
+        connection, so the statements made under their claims waited for one in vain."""
+        import asyncpg
+
+        try:
+            conn = await asyncpg.connect(
+                self.dsn,
+                timeout=CONNECT_S,
+                command_timeout=self.query_s,
+                server_settings=self.server_settings,
+            )
+        except Exception as exc:
+            raise explain(exc, self.dsn) from exc
+        # Closed in CLOSE_S at most: asyncpg drops one whose close is not answered.
+        async with self._held(conn, lambda: asyncio.wait_for(conn.close(), CLOSE_S)):
             yield conn
 
     @asynccontextmanager
@@ -161,19 +181,45 @@ class PgDatabase:
             raise self._lost(exc, f"within {time.monotonic() - started:.0f} s") from exc
         except asyncpg.PostgresError as exc:  # a new connection refused (too many, a restart)
             raise explain(exc, self.dsn) from exc
+        async with self._held(conn, lambda: self.pool.release(conn, timeout=RELEASE_S)):
+            yield conn
+
+    @asynccontextmanager
+    async def _held(self, conn: Any, give_back: Callable[[], Awaitable[Any]]) -> AsyncIterator[Any]:
+        """``conn`` in use, a driver error on it as one line naming the cause and the fix;
+        given back (to the pool, or closed) whatever happened."""
+        import asyncpg
+
+        lost = (OSError, *asyncpg_lost())
         try:
             yield conn
+        except asyncpg.DataError as exc:  # a value the driver cannot send (out of range)
+            raise InvalidInput(
+                f"memory server {self.shown} cannot take a value ({_first_line(exc)}): fix"
+                " it and try again; nothing of this change was kept"
+            ) from exc
         except lost as exc:  # a timeout: a statement past its bound (QUERY_S)
             await self._drop_stale(exc)
             raise self._lost(exc, "a statement in time") from exc
+        except asyncpg.InternalClientError as exc:
+            # The driver out of step with the connection: the server ended the session while
+            # it was idle (pg_terminate_backend, a restart) and its last words came before the
+            # close, so the pool handed it out still open. Nothing was sent on it; the others
+            # most likely went the same way.
+            log.info("a connection to %s out of step: %s", self.shown, exc)
+            conn.terminate()
+            await self.pool.expire_connections()
+            raise closed_connection(
+                self.dsn, "it ended the session: a restart, or an administrator"
+            ) from exc
         except asyncpg.PostgresError as exc:  # the server refused: one line, by its SQLSTATE
             await self._drop_stale(exc)
             raise refusal(exc, self.dsn) from exc
         finally:
             try:
-                await self.pool.release(conn, timeout=RELEASE_S)
+                await give_back()
             except Exception as exc:  # asyncpg dropped the connection; the pool makes another
-                log.debug("a connection to %s dropped on release: %s", self.shown, exc)
+                log.debug("a connection to %s dropped on its return: %s", self.shown, exc)
 
     async def _drop_stale(self, exc: BaseException) -> None:
         """After a lost connection (a restart, a terminated backend), the pool's other idle
@@ -232,14 +278,13 @@ class PgDatabase:
     def _storable(self, params: Sequence[Any]) -> Sequence[Any]:
         """``params`` with each NUL character in a text as U+FFFD: PostgreSQL text cannot
         hold one, while SQLite's (an import, a migrated file) and JSON can, and refusing it
-        left a profile that could never move to the server. Counted in ``nuls_replaced``,
-        which an import and a migration report."""
+        left a profile that could never move to the server. An import and a migration
+        count them where the data comes in (count_nuls): here a text counts again in each
+        search document and look-up it goes into."""
         if not any(map(_holds_nul, params)):
             return params
-        found = sum(map(_count_nuls, params))
-        self.nuls_replaced += found
-        log.info("%d NUL character(s) in a text stored as U+FFFD", found)
-        return [_without_nuls(p) for p in params]
+        log.debug("a NUL character in a text stored as U+FFFD")
+        return [without_nuls(p) for p in params]
 
 
 # A quoted literal (left as it is), or a placeholder in SQLite's forms: ?NNN or a bare ?.
@@ -267,33 +312,21 @@ def dollars(sql: str) -> str:
     return _PLACEHOLDER.sub(number, sql)
 
 
-NUL_STAND_IN = "\ufffd"
-
-
 def _holds_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\0" in value
     return isinstance(value, list | tuple) and any(map(_holds_nul, value))
 
 
-def _count_nuls(value: Any) -> int:
-    if isinstance(value, str):
-        return value.count("\0")
-    return sum(map(_count_nuls, value)) if isinstance(value, list | tuple) else 0
-
-
-def _without_nuls(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\0", NUL_STAND_IN)
-    if isinstance(value, list | tuple):
-        return [_without_nuls(v) for v in value]
-    return value
-
-
 def asyncpg_lost() -> tuple[type[BaseException], ...]:
     import asyncpg
 
     return (asyncpg.InterfaceError, asyncpg.ConnectionDoesNotExistError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _rowcount(status: str) -> int:
