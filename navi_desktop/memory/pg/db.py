@@ -21,6 +21,25 @@ from navi_desktop.memory.pg.refusals import refusal, sqlstate
 
 log = logging.getLogger(__name__)
 
+
+class _OneLine(logging.Filter):
+    """The driver's pool logs a traceback for each connection it fails to make again in the
+    background (a server in recovery, a restart): one line in the daemon's log instead, as
+    every other failure is said."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            record.msg = f"{record.getMessage()}: {type(exc).__name__}: {text}".rstrip(": ")
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(_OneLine())
+
 SCHEMA = "navi"
 COUNT_MAX_AGE_S = 60.0
 # Bounds on waiting for a server that stopped answering (connections open, nothing comes
