@@ -36,3 +36,15 @@ def in_database(dsn: str, database: str) -> str:
 
 def profile_name() -> str:
     return f"t{uuid.uuid4().hex[:12]}"
+
+
+async def run_sql(dsn: str, *statements: str) -> None:
+    """Each statement on a connection of its own (an administrator's, beside Navi's)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()

@@ -24,7 +24,7 @@ from navi_desktop.memory.pg.refusals import refusal
 from navi_desktop.memory.pg.schema import migrate
 from tests.daemon_support import Peer
 from tests.fake_ollama import FakeOllama, Reply
-from tests.pg_support import as_role, profile_name
+from tests.pg_support import as_role, profile_name, run_sql
 from tests.pipeline_helpers import MODELS
 from tests.test_daemon_postgres import Proxy, on_server, server_service
 
@@ -77,17 +77,8 @@ async def _role(dsn: str, *settings: str) -> tuple[str, str]:
     finally:
         await setup.close()
     name = f"r{uuid.uuid4().hex[:10]}"
-    await _admin(dsn, f"CREATE ROLE {name} LOGIN")
+    await run_sql(dsn, f"CREATE ROLE {name} LOGIN")
     return name, as_role(dsn, name)
-
-
-async def _admin(dsn: str, *statements: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for statement in statements:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
 
 
 def _cut(role: str) -> str:
@@ -103,7 +94,7 @@ async def test_a_chat_on_a_read_only_server_keeps_the_message_and_sends_it_later
         try:
             first = await service.chat_send({"text": "before the failover"}, Peer())
             sid = first["session_id"]
-            await _admin(
+            await run_sql(
                 pg_dsn, f"ALTER ROLE {role} SET default_transaction_read_only = on", _cut(role)
             )
             # A read on a new connection: the server answers, and refuses only writes.
@@ -122,7 +113,7 @@ async def test_a_chat_on_a_read_only_server_keeps_the_message_and_sends_it_later
                 await store.add_memory("a fact", source="user_explicit")
             one_line(caught.value, "read-only", "primary")
 
-            await _admin(pg_dsn, f"ALTER ROLE {role} RESET ALL", _cut(role))
+            await run_sql(pg_dsn, f"ALTER ROLE {role} RESET ALL", _cut(role))
             await service.retry_due()
             assert not outbox.exists()
         finally:
@@ -137,7 +128,7 @@ async def _ended_while_idle(link: Proxy, pg_dsn: str, role: str) -> None:
     a connection it still takes for open."""
     link.closing.clear()
     before = link.ended
-    await _admin(pg_dsn, _cut(role))
+    await run_sql(pg_dsn, _cut(role))
     for _ in range(400):  # the server ends its side at once; bounded all the same
         if link.ended > before:
             break
@@ -191,7 +182,7 @@ async def test_a_revoked_right_names_the_grant_and_the_chat_message_is_given_bac
         service = server_service(tmp_path, fake.url, dsn, name, [])
         try:
             first = await service.chat_send({"text": "hello"}, Peer())
-            await _admin(pg_dsn, f"REVOKE INSERT ON navi.messages FROM {role}, PUBLIC")
+            await run_sql(pg_dsn, f"REVOKE INSERT ON navi.messages FROM {role}, PUBLIC")
             try:
                 with pytest.raises(StorageRefused) as caught:
                     await service.chat_send(
@@ -199,7 +190,7 @@ async def test_a_revoked_right_names_the_grant_and_the_chat_message_is_given_bac
                         Peer(),
                     )
             finally:
-                await _admin(pg_dsn, "GRANT INSERT ON navi.messages TO PUBLIC")
+                await run_sql(pg_dsn, "GRANT INSERT ON navi.messages TO PUBLIC")
             one_line(caught.value, f"role {role}", "permission denied", "GRANT")
             # Not kept: the client gives the words back to be sent again.
             assert caught.value.navi_error_data["stored"] is False  # type: ignore[attr-defined]
@@ -211,7 +202,7 @@ async def test_a_statement_timeout_behind_a_lock_is_one_line(pg_dsn):
     role, dsn = await _role(pg_dsn)
     async with await PgMemoryStore.open(dsn, profile_name()) as store:
         await store.add_memory("my bike is blue", source="user_explicit")
-    await _admin(pg_dsn, f"ALTER ROLE {role} SET statement_timeout = '300ms'")
+    await run_sql(pg_dsn, f"ALTER ROLE {role} SET statement_timeout = '300ms'")
     holder = await asyncpg.connect(pg_dsn)
     try:
         async with await PgMemoryStore.open(dsn, profile_name()) as store:
@@ -224,7 +215,7 @@ async def test_a_statement_timeout_behind_a_lock_is_one_line(pg_dsn):
             assert added.memory.value == "my car is red"  # the same store works on
     finally:
         await holder.close()
-        await _admin(pg_dsn, f"ALTER ROLE {role} RESET ALL")
+        await run_sql(pg_dsn, f"ALTER ROLE {role} RESET ALL")
 
 
 async def test_a_nul_in_a_text_is_stored_as_a_replacement_and_counted(tmp_path, pg_dsn):

@@ -18,7 +18,7 @@ from navi_desktop.memory.pg import PgMemoryStore, StorageUnavailable, schema
 from navi_desktop.memory.pg.db import PgDatabase
 from navi_desktop.memory.pg.schema import migrate
 from navi_desktop.memory.pg.search_indexes import vector_index
-from tests.pg_support import as_role, in_database, profile_name
+from tests.pg_support import as_role, in_database, profile_name, run_sql
 
 ATTACKER = "mallory_laptop"
 VICTIM = "alice_laptop"
@@ -95,17 +95,8 @@ GRANT EXECUTE ON FUNCTION navi.readable(bigint),
 """
 
 
-async def _sql(dsn: str, *statements: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        for statement in statements:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 async def _login(superuser: str, name: str) -> str:
-    await _sql(
+    await run_sql(
         superuser,
         f"DO $$ BEGIN CREATE ROLE {name} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$",
     )
@@ -172,7 +163,7 @@ async def _attack(superuser: str, dsn: str, victim: int, kind: str) -> None:
         }
     finally:
         await conn.close()
-        await _sql(superuser, f"ALTER ROLE {ATTACKER} NOSUPERUSER")  # had it worked
+        await run_sql(superuser, f"ALTER ROLE {ATTACKER} NOSUPERUSER")  # had it worked
 
 
 async def _victim(dsn: str) -> tuple[int, str]:
@@ -209,10 +200,10 @@ async def _server_before(superuser: str, steps: int) -> AsyncIterator[tuple[str,
     owner DSN) on it. Dropped after."""
     name = f"navi_before_{uuid.uuid4().hex[:8]}"
     await _login(superuser, TABLES_OWNER)
-    await _sql(superuser, f"CREATE DATABASE {name} OWNER {TABLES_OWNER}")
+    await run_sql(superuser, f"CREATE DATABASE {name} OWNER {TABLES_OWNER}")
     admin = in_database(superuser, name)
     try:
-        await _sql(admin, "CREATE EXTENSION vector")
+        await run_sql(admin, "CREATE EXTENSION vector")
         owner = as_role(admin, TABLES_OWNER)
         db = await PgDatabase.connect(owner, max_size=1, query_s=None)
         try:
@@ -221,10 +212,10 @@ async def _server_before(superuser: str, steps: int) -> AsyncIterator[tuple[str,
                 await migrate(db)
         finally:
             await db.close()
-        await _sql(admin, _WORD_MATCHES_BEFORE)
+        await run_sql(admin, _WORD_MATCHES_BEFORE)
         yield admin, owner
     finally:
-        await _sql(superuser, f"DROP DATABASE {name} WITH (FORCE)")
+        await run_sql(superuser, f"DROP DATABASE {name} WITH (FORCE)")
 
 
 async def test_a_server_made_before_is_fixed_by_a_superusers_update(pg_dsn):

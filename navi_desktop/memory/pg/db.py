@@ -41,6 +41,8 @@ class _OneLine(logging.Filter):
 logging.getLogger("asyncpg.pool").addFilter(_OneLine())
 
 SCHEMA = "navi"
+# Every connection's, before a profile's own (its working role, its id).
+BASE_SETTINGS = {"search_path": f"{SCHEMA}, public", "application_name": "navi"}
 COUNT_MAX_AGE_S = 60.0
 # Bounds on waiting for a server that stopped answering (connections open, nothing comes
 # back). asyncpg waits, unbounded and shielded from cancellation, for the server to
@@ -90,11 +92,7 @@ class PgDatabase:
             if await conn.fetchval("SELECT 1 FROM pg_type WHERE typname = 'vector'"):
                 await register_vector(conn)
 
-        server_settings = {
-            "search_path": f"{SCHEMA}, public",
-            "application_name": "navi",
-            **(settings or {}),
-        }
+        server_settings = {**BASE_SETTINGS, **(settings or {})}
         try:
             pool = await asyncpg.create_pool(
                 dsn,
@@ -173,20 +171,22 @@ class PgDatabase:
         across other statements. Not one of the pool's: a claim is held for minutes (a
         session's processing), and four sessions ending at once took the pool's every
         connection, so the statements made under their claims waited for one in vain."""
-        import asyncpg
-
-        try:
-            conn = await asyncpg.connect(
-                self.dsn,
-                timeout=CONNECT_S,
-                command_timeout=self.query_s,
-                server_settings=self.server_settings,
-            )
-        except Exception as exc:
-            raise explain(exc, self.dsn) from exc
+        conn = await self.connect_alone(self.server_settings, self.query_s)
         # Closed in CLOSE_S at most: asyncpg drops one whose close is not answered.
         async with self._held(conn, lambda: asyncio.wait_for(conn.close(), CLOSE_S)):
             yield conn
+
+    async def connect_alone(self, settings: dict[str, str], query_s: float | None) -> Any:
+        """A connection outside the pool, with ``settings``; a failure is one line naming
+        the server, as the pool's are. The caller closes it."""
+        import asyncpg
+
+        try:
+            return await asyncpg.connect(
+                self.dsn, timeout=CONNECT_S, command_timeout=query_s, server_settings=settings
+            )
+        except Exception as exc:
+            raise explain(exc, self.dsn) from exc
 
     @asynccontextmanager
     async def _acquire(self) -> AsyncIterator[Any]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import NaviError
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, QUERY_S, SCHEMA
+from navi_desktop.memory.pg.db import BASE_SETTINGS, CLOSE_S, QUERY_S, SCHEMA
 from navi_desktop.memory.scrub import PENDING_KEY, UNFINISHED
 
 if TYPE_CHECKING:
@@ -62,22 +62,11 @@ class PgFreeSpaceOps:
         profile's row-level security. VacuumFailed when a statement fails or is not answered."""
         import asyncpg
 
-        from navi_desktop.memory.pg.connect import explain
-
         failures = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
-        try:
-            conn = await asyncpg.connect(
-                self.db.dsn,
-                timeout=CONNECT_S,
-                command_timeout=QUERY_S,
-                server_settings={
-                    "search_path": f"{SCHEMA}, public",
-                    "application_name": "navi",
-                    "lock_timeout": f"{int(LOCK_S * 1000)}",
-                },
-            )
-        except Exception as exc:  # one line naming the server, as for the pool
-            raise explain(exc, self.db.dsn) from exc
+        # The login's own role: not the profile's settings (its working role, its id).
+        conn = await self.db.connect_alone(
+            {**BASE_SETTINGS, "lock_timeout": f"{int(LOCK_S * 1000)}"}, QUERY_S
+        )
         try:
             sizes = await conn.fetch(
                 "SELECT c.oid::regclass::text AS name, pg_total_relation_size(c.oid) AS bytes,"

@@ -25,7 +25,7 @@ from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.listing import ListingOps
 from navi_desktop.memory.maintenance import EmbeddingPassOps, FadingOps
 from navi_desktop.memory.models import Message
-from navi_desktop.memory.pg.db import CLOSE_S, CONNECT_S, PgDatabase
+from navi_desktop.memory.pg.db import BASE_SETTINGS, CLOSE_S, PgDatabase
 from navi_desktop.memory.pg.entities import PgEntityOps
 from navi_desktop.memory.pg.forget import FORGET_LOCK, PgForgetOps, ProfileDatabase
 from navi_desktop.memory.pg.free_space import PgFreeSpaceOps
@@ -348,14 +348,7 @@ class ChangeFeed:
 
 
 async def watch_changes(store: PgMemoryStore, callback: Any) -> ChangeFeed:
-    import asyncpg
-
-    from navi_desktop.memory.pg.connect import explain
-
-    try:
-        conn = await asyncpg.connect(store.db.dsn, timeout=CONNECT_S)
-    except Exception as exc:
-        raise explain(exc, store.db.dsn) from exc
+    conn = await store.db.connect_alone(BASE_SETTINGS, None)  # it only listens
     feed = ChangeFeed(conn, store.user_id, callback)
     await conn.add_listener("navi_changed", feed._heard)
     return feed
