@@ -67,7 +67,8 @@ def resolve_host(host: str | None = None, environ: Mapping[str, str] | None = No
     return f"{scheme}://{name}:{port}" + (f"/{path}" if path else "")
 
 
-_PASSWORD_RE = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s]*:)[^@/\s]*@")
+# A password may hold "/" or "@": everything up to the last "@" goes.
+_PASSWORD_RE = re.compile(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?[^:/@\s]*:)\S*@")
 _SECRET_PARAM_RE = re.compile(r"((?:password|token|key|secret)=)[^&\s]+", re.IGNORECASE)
 
 

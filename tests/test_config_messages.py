@@ -16,7 +16,7 @@ from textual.theme import BUILTIN_THEMES
 import navi_desktop.tui
 from navi_desktop.config import load_settings
 from navi_desktop.config_specs import BINDING_IDS, THEMES
-from navi_desktop.ollama_host import env_host_problems
+from navi_desktop.ollama_host import env_host_problems, shown_url
 from navi_desktop.tui.app import NaviApp
 from tests.daemon_home import navi as run_navi
 from tests.tui_support import DEAD_HOST, Daemon, banner, make_home, until
@@ -114,3 +114,5 @@ def test_a_host_password_is_never_shown(tmp_path: Path):
     assert "ollama.host: must be a URL" in log and PASSWORD not in log
     problems = env_host_problems({"OLLAMA_HOST": f"http://me:{PASSWORD}@h:1/?x"})
     assert len(problems) == 1 and PASSWORD not in problems[0] and "me:***@h" in problems[0]
+    for secret in ("pa/ss", "p@ss/w"):  # what a URL-encoding user may leave as it is
+        assert shown_url(f"mysql://navi:{secret}@db/navi") == "mysql://navi:***@db/navi"
