@@ -322,3 +322,17 @@ async def test_a_file_where_a_folder_of_profiles_goes_is_named(tmp_path: Path) -
         " move that away, then try again"
     )
     assert (tmp_path / "profiles").read_text() == "a file someone left here\n"
+
+
+def test_a_read_only_file_system_met_mid_write_is_said_as_it_is_everywhere(tmp_path):
+    """The file checks and a failed write (os_failure) give the same line: the disk, not the
+    profile, with the next call writing again by itself."""
+    import errno
+
+    from navi_desktop.errors import DiskError
+    from navi_desktop.memory.failures import os_failure, read_only_fs
+
+    path = tmp_path / "memory.db"
+    met = os_failure(OSError(errno.EROFS, "Read-only file system", str(path)), path)
+    assert isinstance(met, DiskError) and str(met) == str(read_only_fs(path))
+    assert "Navi writes again by itself" in str(met)

@@ -89,9 +89,9 @@ def foreign_log(path: Path, reason: str) -> ProfileUnreadable:
 
 
 def disk_full(path: Path, *, opening: bool = False) -> DiskFull:
-    folder = Path(path).parent
-    free = f"disk full: {megabytes(free_bytes(folder))} MB free in {folder}"
     if opening:
+        folder = Path(path).parent
+        free = f"disk full: {megabytes(free_bytes(folder))} MB free in {folder}"
         return DiskFull(
             f"{free}; {Path(path).name} cannot be opened (SQLite needs room for its log) and was"
             " not changed: free some space and it opens again"
@@ -246,4 +246,6 @@ def os_failure(exc: OSError, path: Path, *, opening: bool = False) -> NaviError:
 def _translate_os(exc: OSError, path: Path, opening: bool) -> NaviError:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return disk_full(path, opening=opening)
+    if exc.errno == errno.EROFS:  # like a full disk: the next call tries again
+        return read_only_fs(path)
     return os_errors.os_refusal(exc, path, UNTOUCHED, kind=ProfileUnreadable)
