@@ -47,7 +47,9 @@ def _unaccounted(columns: set[tuple[str, str]]) -> set[tuple[str, str]]:
 
 
 async def _text_columns(store) -> set[tuple[str, str]]:
-    if store.__class__.__name__ == "PgMemoryStore":
+    from navi_desktop.memory.pg import PgMemoryStore
+
+    if isinstance(store, PgMemoryStore):
         from navi_desktop.memory.pg.db import SCHEMA
 
         async with store.db.reading():
