@@ -156,7 +156,7 @@ def key_string(value: Any) -> str:
 
 
 def _pressable(key: str) -> bool:
-    *modifiers, name = key.split("+") if key not in ("+", "") else ["", key]
+    *modifiers, name = key.split("+")
     return bool(name) and set(modifiers) <= _MODIFIERS and _KEY_NAME_RE.match(name) is not None
 
 
