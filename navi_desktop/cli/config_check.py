@@ -32,6 +32,12 @@ def settings(paths: Any) -> Any:
     return _loaded[1]
 
 
+def problems(paths: Any) -> list[str]:
+    """config.toml's problems, each as one line (none for a clean file)."""
+    settings(paths)
+    return [str(e) for e in _loaded[2]]
+
+
 def _identity(path: Path) -> str | None:
     try:
         st = os.stat(path)
@@ -47,8 +53,7 @@ def warn(paths: Any) -> None:
     identity = _identity(paths.config_file)  # None: unreadable, which the check says
     if identity is not None and _read(paths.cache / CHECKED) == identity:
         return
-    settings(paths)
-    errors = [str(e) for e in _loaded[2]]
+    errors = problems(paths)
     if not errors:
         if identity is not None:
             _remember(paths, identity)
@@ -74,8 +79,7 @@ def cmd_check(args: Any) -> int:
     from navi_desktop.paths import Paths
 
     paths = Paths.from_env()
-    settings(paths)
-    errors = [str(e) for e in _loaded[2]]
+    errors = problems(paths)
     if not errors:
         print(f"{paths.config_file}: no problems")
         return 0
