@@ -90,3 +90,30 @@ async def test_ctrl_c_in_navi_chat_while_the_model_stalls_ends_the_turn(
     reply = await ended(daemon, session)
     assert reply["content"] == "Once " and reply["meta"]["cancelled"] is True
     await next_turn_is_taken(daemon, fake, session)
+
+
+async def test_a_client_closed_right_after_sending_frees_the_session(daemon: Daemon, fake) -> None:
+    """Gone before the turn began (it asks to stop with its client only after a few awaits):
+    the turn still ends, and the session takes the next one."""
+    import json
+    import socket
+
+    session = (await daemon.call("sessions.create", {}))["id"]
+    fake.script(Reply(chunks=[], hang=True))
+    frame = {"jsonrpc": "2.0", "id": 1, "method": "chat.send"}
+    frame["params"] = {"text": "a story", "session_id": session}
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(str(socket_path(daemon.paths)))
+        raw.sendall(json.dumps(frame).encode() + b"\n")  # then closed at once
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BOUND_S
+    fake.script(Reply("Next."))
+    while True:
+        try:
+            answered = await daemon.call("chat.send", {"text": "and then?", "session_id": session})
+        except Exception as exc:
+            assert "already answering" in str(exc) and loop.time() < deadline, exc
+            await asyncio.sleep(0.1)
+            continue
+        assert answered["reply"] == "Next."
+        return

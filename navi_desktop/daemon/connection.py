@@ -116,6 +116,7 @@ class Connection:
         self._room = asyncio.Event()  # a request finished or the queue shrank
         self._writer_task: asyncio.Task[None] | None = None
         self._gone_stops: set[asyncio.Future[Any]] = set()  # see stop_when_gone
+        self._gone = False  # the client closed its end for good (hung_up), once seen
 
     # -- writing ------------------------------------------------------------------------
 
@@ -227,13 +228,15 @@ class Connection:
                 # turns with the others instead of filling the loop with its requests.
                 await asyncio.sleep(0)
         # The client sent EOF: finish what it asked for (it may still be reading), then close.
+        # Watched while anything runs: a turn may ask to stop with the client only after a
+        # few awaits, by when a client that closed right after sending is gone already.
         while self.tasks and not self.closed:
-            watching = bool(self._gone_stops) and TELLS_HANGUP
-            await asyncio.wait(set(self.tasks), timeout=HANGUP_POLL_S if watching else None)
-            if watching and self.hung_up():
+            await asyncio.wait(set(self.tasks), timeout=HANGUP_POLL_S if TELLS_HANGUP else None)
+            if not self._gone and self.hung_up():
                 # It closed its socket (Ctrl+C, a killed client): what streams to it stops
                 # now, not at its next write (a stalled model's turn held its session for
                 # minutes). The rest runs to its end, as before.
+                self._gone = True
                 for task in self._gone_stops:
                     task.cancel()  # once: a chat turn goes on to keep what came
                 self._gone_stops.clear()
@@ -241,7 +244,7 @@ class Connection:
 
     def stop_when_gone(self, task: asyncio.Future[Any]) -> None:
         """Cancel ``task`` once the client has closed its connection (:meth:`hung_up`)."""
-        if self.closed:
+        if self.closed or self._gone:
             task.cancel()
             return
         self._gone_stops.add(task)
