@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from navi_desktop.errors import StorageUnavailable
 from navi_desktop.memory.clock import iso
 from navi_desktop.memory.matching import MARKER, Matcher
 from navi_desktop.memory.outbox import Outbox
@@ -103,6 +104,18 @@ async def test_a_reply_saved_after_a_forget_is_saved_without_it(
     assert not holds(path, word, any_case=True)
 
 
+class Server:
+    """A memory server away until told otherwise (``away``), for a BufferedStore."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn, self.name, self.away = dsn, profile_name(), True
+
+    async def __call__(self) -> PgMemoryStore:
+        if self.away:
+            raise StorageUnavailable("memory server (test) is not reachable")
+        return await PgMemoryStore.open(self.dsn, self.name)
+
+
 @pytest.mark.parametrize("skew_s", [0.0, 180.0, -180.0])
 @pytest.mark.parametrize(("value", "text", "expected", "word"), CASES)
 async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
@@ -114,25 +127,17 @@ async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
     is compared with the other's."""
     clock = lambda: iso(datetime.now(UTC) + timedelta(seconds=skew_s))  # noqa: E731
     monkeypatch.setattr("navi_desktop.memory.pg.buffered.now_iso", clock)
-    name = profile_name()
-    away = True
-
-    async def server() -> PgMemoryStore:
-        if away:
-            from navi_desktop.errors import StorageUnavailable
-
-            raise StorageUnavailable("memory server (test) is not reachable")
-        return await PgMemoryStore.open(pg_dsn, name)
+    server = Server(pg_dsn)
 
     laptop = BufferedStore(server, Outbox(tmp_path / "outbox.db"))  # type: ignore[arg-type]
     try:
-        async with await PgMemoryStore.open(pg_dsn, name) as desktop:
+        async with await PgMemoryStore.open(pg_dsn, server.name) as desktop:
             session = await laptop.create_session(title=f"about {text}")
             await laptop.save_message(session.id, "user", text, meta={"arguments": {"said": text}})
             assert await laptop.outbox.count() == 2
             added = (await desktop.add_memory(value, key="secret")).memory
             await desktop.forget(added.id)
-            away = False
+            server.away = False
             assert await laptop.replay() == 2
             got = await desktop.get_session(session.id)
             [saved] = await desktop.messages(session.id)
@@ -147,6 +152,49 @@ async def test_the_outbox_replayed_after_a_forget_arrives_without_it(
             assert word not in json.dumps([dict(r) for r in rows]).lower()
     finally:
         await laptop.close()
+
+
+class Crash(Exception):
+    """The daemon dying between the server's COMMIT and the outbox's crossing out."""
+
+
+async def test_a_redacted_replay_cut_off_before_crossing_it_out_is_stored_once(
+    tmp_path: Path, pg_dsn: str, monkeypatch
+) -> None:
+    """A replay that stored a message without a forgotten value and died before crossing it
+    out sends it again on the next start: the copy already there is known by its time and
+    its text as redacted, not stored a second time (it was: the text differs from the
+    outbox's)."""
+    server = Server(pg_dsn)
+
+    laptop = BufferedStore(server, Outbox(tmp_path / "outbox.db"))  # type: ignore[arg-type]
+    text = "the key is under the Pelican-9439 stone"
+    expected = f"the key is under the {MARKER} stone"
+    async with await PgMemoryStore.open(pg_dsn, server.name) as desktop:
+        session = await laptop.create_session(title="keys")
+        await laptop.save_message(session.id, "user", text)
+        await desktop.forget((await desktop.add_memory("PELICAN-9439", key="secret")).memory.id)
+        server.away = False
+
+        crossing_out = laptop.outbox.done
+        [_, said] = [row["seq"] for row in await laptop.outbox.pending()]
+
+        async def dies(seq: int) -> None:  # the session is crossed out, the message not
+            if seq == said:
+                raise Crash
+            await crossing_out(seq)
+
+        monkeypatch.setattr(laptop.outbox, "done", dies)
+        with pytest.raises(Crash):
+            await laptop.replay()
+        await laptop.close()
+        monkeypatch.setattr(laptop.outbox, "done", crossing_out)
+        again = BufferedStore(server, Outbox(tmp_path / "outbox.db"))  # type: ignore[arg-type]
+        try:
+            assert await again.replay() == 1
+            assert [m.content for m in await desktop.messages(session.id)] == [expected]
+        finally:
+            await again.close()
 
 
 @pytest.mark.parametrize("before", ["saved.\n", "É: ", "\t"])

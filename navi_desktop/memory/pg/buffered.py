@@ -199,12 +199,14 @@ class BufferedStore:
             await self._answer(*args, **kwargs)
 
     async def _already_sent(self, row: Any) -> bool:
-        """Whether an earlier replay stored this message and stopped before crossing it out."""
+        """Whether an earlier replay stored this message and stopped before crossing it out:
+        its role and time, and its text as sent (redacted, if a forget came meanwhile)."""
         recent = await self._answer("messages", row["session_id"], last=20)
-        return any(
-            (m.role, m.content, m.created_at) == (row["role"], row["content"], row["at"])
-            for m in recent
-        )
+        same = [m for m in recent if (m.role, m.created_at) == (row["role"], row["at"])]
+        if not same:
+            return False
+        redacted = await self._answer("redact_forgotten_since", row["content"], BEFORE_ANY_FORGET)
+        return any(m.content in (row["content"], redacted) for m in same)
 
     async def _flushed(self) -> bool:
         """True when the outbox is empty (replayed now if it held anything)."""
