@@ -489,3 +489,24 @@ async def test_a_message_left_without_a_reply_can_be_answered_again(fake, daemon
         await until(pilot, lambda: [v.text for v in views(app)] == ["are you there?", "Here now."])
     shown = await daemon.call("sessions.show", {"id": session})
     assert [m["content"] for m in shown["messages"]] == ["are you there?", "Here now."]
+
+
+async def test_a_message_the_daemon_refuses_to_take_comes_back_to_the_prompt(fake, daemon):
+    """A message the daemon refuses before its turn (over the length limit) was kept on
+    screen as "may not have been saved", its words no longer in the prompt to shorten: the
+    app and `navi chat` now read a refusal alike, as a message not kept."""
+    from navi_desktop.limits import MAX_CHAT_TEXT
+
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        prompt = app.screen.query_one("#prompt")
+        long_text = "word " * (MAX_CHAT_TEXT // 5) + "!"
+        prompt.text = long_text
+        await pilot.press("end", "enter")
+        await until(pilot, lambda: prompt.text == long_text and app.screen.reply is None)
+        assert views(app) == []
+        [said] = [n.message for n in app._notifications if n.severity == "error"]
+        assert "back in the prompt" in said and "100,000" in said
+    for session in await daemon.call("sessions.list", {}):
+        assert (await daemon.call("sessions.show", {"id": session["id"]}))["messages"] == []

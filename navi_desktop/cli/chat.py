@@ -170,25 +170,22 @@ def _incognito_id(session: str | None) -> bool:
 
 
 def _message_fate(exc: NaviError, streaming: dict[str, str], args: argparse.Namespace) -> str:
-    """Whether the daemon kept the message of a send that failed with ``exc``, so that the
-    user knows whether to send it again. The daemon keeps it before it asks for the reply:
-    its error reply tells which (``data.stored``), a word of the reply proves it, and a
-    connection lost before either leaves it unknown."""
-    from navi_desktop.daemon.client import RpcCallError
+    """Whether the daemon kept the message of a send that failed with ``exc``
+    (``message_kept``, as the app reads it), in words that tell the user whether to send
+    it again."""
+    from navi_desktop.daemon.client import RpcCallError, message_kept
     from navi_desktop.paths import profile_flag
 
     told = exc.data if isinstance(exc, RpcCallError) and isinstance(exc.data, dict) else {}
     session = told.get("session_id") or streaming.get("session") or args.session
     session = session if isinstance(session, str) else None
     incognito = bool(args.incognito or _incognito_id(session))
-    stored = told.get("stored")
-    if not isinstance(stored, bool):  # refused before the turn began, or no answer at all
-        stored = False if isinstance(exc, RpcCallError) else True if streaming else None
+    stored = message_kept(exc, heard=bool(streaming))
     flag = profile_flag(args.profile)
     if stored is False:
         return "your message was not saved"
     if incognito:  # it lives in the daemon only: gone with it, if that is what went away
-        if told.get("stored") is True:
+        if told.get("stored") is True:  # told by a daemon still there
             return f"your message is kept in incognito session {session}, in the daemon only"
         return "your message may not have been kept (incognito: in the daemon only)"
     if stored is None:

@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from navi_desktop.daemon.peercred import peer_uid, user_label
-from navi_desktop.daemon.wire import INVALID_PARAMS, NOT_FOUND, FrameError, decode, encode, envelope
+from navi_desktop.daemon.wire import (
+    INVALID_PARAMS,
+    NOT_FOUND,
+    REQUEST_CANCELLED,
+    FrameError,
+    decode,
+    encode,
+    envelope,
+)
 from navi_desktop.errors import CorruptDatabase, InvalidInput, NaviError, NotFound
 from navi_desktop.terminal_text import FRAME_CONTROL, safe_data
 
@@ -50,6 +58,10 @@ class DaemonUnavailable(NaviError):
 
 class RpcTimeout(DaemonUnavailable):
     """The daemon did not answer a call in time."""
+
+
+class NotConnected(DaemonUnavailable):
+    """A call made while disconnected: nothing of it was sent."""
 
 
 class DaemonNotTrusted(NaviError):
@@ -110,6 +122,25 @@ def error_from_reply(error: Any) -> RpcCallError:
     elif kind == "CorruptDatabase" or (kind or "").startswith("Profile"):  # ProfileDamaged...
         cls = RemoteCorruptDatabase
     return cls(message, code=code, kind=kind, data=data)
+
+
+def message_kept(err: BaseException, *, heard: bool) -> bool | None:
+    """Whether the daemon kept the message of a ``chat.send`` that failed with ``err``: the
+    app and ``navi chat`` give back a message not kept, to be sent again. The daemon keeps it
+    before it asks for the reply, so a word of the reply proves it (``heard``). Its error
+    reply tells it (``data.stored``); one without it was refused before the turn began (its
+    parameters), unless cancelled, which may have come after the keeping. A call that never
+    left kept nothing. None: not known (the daemon went away before it told)."""
+    if heard:
+        return True
+    told = err.data if isinstance(err, RpcCallError) and isinstance(err.data, dict) else {}
+    if isinstance(told.get("stored"), bool):
+        return told["stored"]
+    if isinstance(err, NotConnected):
+        return False
+    if isinstance(err, RpcCallError) and err.code != REQUEST_CANCELLED:
+        return False
+    return None
 
 
 _CLOSED = object()

@@ -18,17 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from navi_desktop.daemon.client import DaemonClient, DaemonUnavailable
+from navi_desktop.daemon.client import DaemonClient, NotConnected
 from navi_desktop.errors import NaviError
 from navi_desktop.paths import Paths
 from navi_desktop.terminal_text import safe
 
 TOPICS = ("memory", "sessions", "settings", "ollama")
 RETRY_S = (0.5, 1.0, 2.0, 5.0)  # backoff between reconnects; the last one repeats
-
-
-class NotConnected(DaemonUnavailable):
-    """A call made while disconnected: nothing of it was sent."""
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Label
 
-from navi_desktop.daemon.client import RpcCallError
+from navi_desktop.daemon.client import RpcCallError, message_kept
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.chat.notices import end_notice, worth_telling
 from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed
 from navi_desktop.tui.export import export_to
-from navi_desktop.tui.link import NotConnected
 
 if TYPE_CHECKING:
     from navi_desktop.tui.chat.screen import ChatScreen
@@ -23,20 +22,11 @@ if TYPE_CHECKING:
 
 class SessionActions:
     def _kept(self: ChatScreen, err: Exception) -> tuple[bool | None, int | None]:
-        """Whether the daemon kept the message of a turn that failed with ``err``, and its id
-        when told. The daemon keeps the message before it asks for the reply: a word of the
-        reply proves it; its error reply tells it (``data.stored``, ``data.user_message_id``);
-        a call made with no connection never left. None when nothing tells (the daemon went
-        away before the reply began)."""
+        """Whether the daemon kept the message of a turn that failed with ``err``
+        (``message_kept``), and its id when told."""
         told = err.data if isinstance(err, RpcCallError) else None
-        told = told if isinstance(told, dict) else {}
-        turn_id = told.get("user_message_id")
-        turn_id = turn_id if type(turn_id) is int else None
-        if self._heard:
-            return True, turn_id
-        if isinstance(told.get("stored"), bool):
-            return told["stored"], turn_id
-        return (False if isinstance(err, NotConnected) else None), turn_id
+        turn_id = told.get("user_message_id") if isinstance(told, dict) else None
+        return message_kept(err, heard=self._heard), turn_id if type(turn_id) is int else None
 
     @work(exclusive=True, group="session-action", exit_on_error=False)
     async def action_rename_session(self: ChatScreen) -> None:
