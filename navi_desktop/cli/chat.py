@@ -155,6 +155,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
             " ones)",
             file=sys.stderr,
         )
+    if isinstance(result.get("waiting"), str):  # kept here: the memory server is away
+        error(safe(result["waiting"]))
     if result.get("cancelled"):  # `navi daemon stop`, SIGTERM, or another client's cancel
         kept = " (what came is kept in the session)" if result.get("reply_message_id") else ""
         error(f"the reply was stopped before its end{kept}")

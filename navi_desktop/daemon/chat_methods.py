@@ -164,7 +164,9 @@ class ChatMethods:
         await self.broadcast(
             "sessions", "session.updated", {"profile": profile, "session_id": session_id}
         )
-        return result.to_dict() | {"incognito": False}
+        # The turn went on without the memory server: said, so that no one thinks it is there.
+        waiting = await self.remote.waiting(profile) if on_server(self.settings.memory) else None
+        return result.to_dict() | {"incognito": False} | ({"waiting": waiting} if waiting else {})
 
     async def _supports_tools(self: Service, model: str) -> bool:
         try:

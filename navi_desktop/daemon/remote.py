@@ -87,18 +87,25 @@ class RemoteProfiles:
         """For ``daemon.status``: each server profile whose server did not answer last, with
         what waits in its outbox (the same shape as the file profiles' errors)."""
         out = {}
-        for profile, store in sorted(self._stores.items()):
-            waiting = await store.outbox.messages_waiting()
-            why = store.away or (store.kept_why if waiting else None)
-            if why is None:
-                continue
-            kept = (
-                f"; {waiting} message{'s' * (waiting != 1)} kept on this machine until it is back"
-                if waiting
-                else "; what you type is kept on this machine meanwhile"
-            )
-            out[profile] = {"kind": "StorageUnavailable", "message": why + kept}
+        for profile in sorted(self._stores):
+            if (line := await self.waiting(profile)) is not None:
+                out[profile] = {"kind": "StorageUnavailable", "message": line}
         return out
+
+    async def waiting(self, profile: str) -> str | None:
+        """Why ``profile``'s server did not answer last and what waits for it on this machine,
+        in one line; None when it answers and nothing waits."""
+        store = self._stores.get(profile)
+        if store is None:
+            return None
+        waiting = await store.outbox.messages_waiting()
+        why = store.away or (store.kept_why if waiting else None)
+        if why is None:
+            return None
+        if waiting:
+            messages = f"{waiting} message{'s' * (waiting != 1)}"
+            return f"{why}; {messages} kept on this machine until it is back"
+        return f"{why}; what you type is kept on this machine meanwhile"
 
     def shown_server(self) -> str | None:
         """The memory server (password hidden) when profiles live on one, else None."""

@@ -1,0 +1,25 @@
+"""`navi chat` on a profile kept on a memory server that does not answer: the turn goes on
+and is kept on this machine until the server is back, and the CLI says so (it said nothing:
+the user believed the chat was on the server, where another machine would find it). A real
+daemon, the real CLI as a subprocess, the fake Ollama, a server address nothing listens on."""
+
+from __future__ import annotations
+
+from tests.daemon_home import navi_home
+from tests.fake_ollama import Reply
+
+
+def test_a_chat_kept_here_while_the_server_is_away_says_so() -> None:
+    with navi_home() as h:
+        config = h.home / "config" / "config.toml"
+        config.write_text(config.read_text() + 'backend = "postgres"\n')
+        h.environ["NAVI_PG_DSN"] = "postgresql://navi@127.0.0.1:9/navi"
+        h.fake.script(Reply("Noted."))
+        done = h.navi("chat", "remember my bike is blue")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "Noted.\n"
+        said, session = done.stderr.splitlines()
+        assert said.startswith("navi: ") and "127.0.0.1:9" in said
+        assert said.endswith("2 messages kept on this machine until it is back"), said
+        assert session.startswith("session ")
+        assert len(list(h.home.rglob("outbox.db"))) == 1
