@@ -99,7 +99,7 @@ def save_settings(path: Path, changes: Mapping[str, Any]) -> None:
             if new_text is None:
                 return  # nothing to change
             try:
-                write_private_atomic(target, new_text, check=partial(_unchanged, target, old_text))
+                write_private_atomic(target, new_text, check=partial(_unchanged, old_text=old_text))
             except _ChangedMeanwhile:
                 continue
             except OSError as err:
@@ -159,9 +159,10 @@ def _read(path: Path, target: Path) -> str | None:
         ) from err
 
 
-def _unchanged(target: Path, old_text: str | None) -> None:
+def _unchanged(held: Path, old_text: str | None) -> None:
+    """Raises unless ``held`` (the file the save replaces) is the text that was read."""
     try:
-        now = read_regular(target, MAX_CONFIG_BYTES).decode("utf-8", "replace")
+        now = read_regular(held, MAX_CONFIG_BYTES).decode("utf-8", "replace")
     except FileNotFoundError:
         now = None
     except OSError:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from navi_desktop.file_swap import put_if_unchanged
 from navi_desktop.stopping import removed_on_stop, stopped_by_signals
 
 log = logging.getLogger(__name__)
@@ -167,13 +168,14 @@ def name_max(path: Path) -> int:
 
 
 def write_private_atomic(
-    path: Path, text: str, *, tag: str = "", check: Callable[[], None] | None = None
+    path: Path, text: str, *, tag: str = "", check: Callable[[Path], None] | None = None
 ) -> None:
     """Write ``text`` through a temp file in the same folder, fsync, rename it over ``path``
     and fsync the folder: readers see the old file or the new one, never half. Mode 0600.
     ``tag``: a mark in the temp file's name (``.<name>.<tag><random>.tmp``, ``<name>`` cut
-    where the whole would be too long a name). ``check``: called last before the rename;
-    what it raises leaves ``path`` as it was (a file another program changed meanwhile)."""
+    where the whole would be too long a name). ``check``: given the file that ``path``
+    held, raises if another program changed it meanwhile; ``path`` then holds that program's
+    file (``put_if_unchanged``)."""
     name = temp_name_base(path, len(os.fsencode(f"..{tag}.tmp")) + 8)  # 8: mkstemp's random
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.{tag}", suffix=".tmp")
     try:
@@ -182,9 +184,10 @@ def write_private_atomic(
             handle.flush()
             os.fsync(handle.fileno())
             os.chmod(tmp, 0o600)
-            if check is not None:
-                check()
-            os.replace(tmp, path)
+            if check is None:
+                os.replace(tmp, path)
+            else:
+                put_if_unchanged(tmp, path, check)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from navi_desktop import config_save
+from navi_desktop import config_save, file_swap
 from navi_desktop.config import MAX_CONFIG_BYTES
 from navi_desktop.config_save import save_settings
 from navi_desktop.daemon.client import DaemonClient
@@ -74,7 +74,15 @@ async def test_saves_at_once_each_keep_their_change(tmp_path: Path):
         await daemon.stop()
 
 
-def test_an_editor_save_between_reading_and_writing_is_kept(tmp_path: Path, monkeypatch):
+@pytest.fixture(params=["swap", "no swap"])
+def swap(request, monkeypatch) -> str:
+    """Each test twice: with Linux's swap of two names, and as a system without it does."""
+    if request.param == "no swap":
+        monkeypatch.setattr(file_swap, "_renameat2", lambda: None)
+    return request.param
+
+
+def test_an_editor_save_between_reading_and_writing_is_kept(tmp_path: Path, monkeypatch, swap):
     # An editor saves (a new file renamed over config.toml) just after the writer read the
     # file: the writer reads it again and edits the editor's file, never overwrites it.
     config = tmp_path / "config" / "config.toml"
@@ -97,6 +105,68 @@ def test_an_editor_save_between_reading_and_writing_is_kept(tmp_path: Path, monk
     text = config.read_text()
     assert text.startswith("# edited in vim\n"), text
     assert flat(config) == {"ollama.chat_model": "from-editor", "memory.budget_tokens": 500}
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+
+
+def test_an_editor_save_just_after_the_writers_last_look_is_kept(tmp_path: Path, monkeypatch):
+    """The writer compared the file with what it read, then renamed its own over it: an
+    editor's save in between was lost (1 save in 60 under stress). The two names are now
+    swapped in one step and the file taken out is the one compared, so an editor's save
+    either comes before the swap (taken out, compared, put back, the edit made again on
+    it) or after it (over the writer's file, as any later save is)."""
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(mode=0o700)
+    config.write_text('# mine\n[ollama]\nchat_model = "before"\n')
+    unchanged = config_save._unchanged
+    saves = []
+
+    def editor_saves_after_the_look(held: Path, old_text: str | None) -> None:
+        unchanged(held, old_text)
+        if not saves:
+            swap = config.with_name(".config.toml.swp")
+            swap.write_text('# edited in vim\n[ollama]\nchat_model = "from-editor"\n')
+            os.replace(swap, config)
+            saves.append(1)
+
+    monkeypatch.setattr(config_save, "_unchanged", editor_saves_after_the_look)
+    save_settings(config, {"memory.budget_tokens": 500})
+    assert config.read_text().startswith("# edited in vim\n")
+    assert flat(config)["ollama.chat_model"] == "from-editor"
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+
+
+def test_an_editor_saving_before_and_during_the_swap_keeps_its_newer_save(
+    tmp_path: Path, monkeypatch
+):
+    """A save before the swap makes the writer put the file it took out back; a second save
+    made over the writer's file in that moment is the newer one, and stays (it was taken
+    out with the writer's file and deleted)."""
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(mode=0o700)
+    config.write_text('# mine\n[ollama]\nchat_model = "before"\n')
+    edited, unchanged = config_save._edited, config_save._unchanged
+    saves: list[str] = []
+
+    def editor_saves(text: str) -> None:
+        swap = config.with_name(".config.toml.swp")
+        swap.write_text(f'# {text}\n[ollama]\nchat_model = "{text}"\n')
+        os.replace(swap, config)
+        saves.append(text)
+
+    def first_save_before(path: Path, old_text: str | None, values: Any) -> str | None:
+        if not saves:
+            editor_saves("first")
+        return edited(path, old_text, values)
+
+    def second_save_during(held: Path, old_text: str | None) -> None:
+        if saves == ["first"]:
+            editor_saves("second")
+        unchanged(held, old_text)
+
+    monkeypatch.setattr(config_save, "_edited", first_save_before)
+    monkeypatch.setattr(config_save, "_unchanged", second_save_during)
+    save_settings(config, {"memory.budget_tokens": 500})
+    assert flat(config) == {"ollama.chat_model": "second", "memory.budget_tokens": 500}
     assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
 
 
