@@ -6,7 +6,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import math
-import re
+import string
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,31 @@ BINDING_IDS = frozenset(
     | {f"navi.{group}.{name}" for group, names in _BINDINGS.items() for name in names.split()}
 )
 _MODIFIERS = {"ctrl", "alt", "shift", "meta", "super", "hyper"}
-_KEY_NAME_RE = re.compile(r"^(?:\S|[a-z0-9_]+)$")
+# The keys Textual names (its ``Keys``), and how it names a character: its Unicode name in
+# lower case, "_" for spaces and hyphens, some shortened ("?" is "question_mark", "/" is
+# "slash"). A test holds them to Textual's.
+NAMED_KEYS = frozenset(
+    "backspace delete down end enter escape home insert left pagedown pageup return right"
+    " space tab up".split()
+    + [f"f{n}" for n in range(1, 25)]
+)
+SHORTENED = {
+    "commercial_at": "at",
+    "hyphen_minus": "minus",
+    "low_line": "underscore",
+    "plus_sign": "plus",
+    "reverse_solidus": "backslash",
+    "solidus": "slash",
+}
+
+
+def character_key(character: str) -> str:
+    """The name Textual gives the key that types ``character``."""
+    name = unicodedata.name(character).lower().replace("-", "_").replace(" ", "_")
+    return SHORTENED.get(name, name)
+
+
+ASCII_KEYS = frozenset(character_key(c) for c in string.punctuation)
 
 
 class BadValue(ValueError):
@@ -149,15 +174,42 @@ def key_string(value: Any) -> str:
     """One key or several, comma-separated (``"f9,alt+e"``): modifiers, then a key's name."""
     if isinstance(value, str) and all(_pressable(key) for key in value.strip().split(",")):
         return value.strip()
+    hint = _closest_key(value)
     raise BadValue(
         'must be a key such as "ctrl+q", "alt+n", "f5" or "escape" (several: "f9,alt+e";'
-        f" modifiers: {', '.join(sorted(_MODIFIERS))}), got {show_value(value)}"
+        f" modifiers: {', '.join(sorted(_MODIFIERS))}), got {show_value(value)}{hint}"
     )
+
+
+def _closest_key(value: Any) -> str:
+    """ " (did you mean 'escape'?)" for the first key name of ``value`` that is a typo."""
+    for key in value.split(",") if isinstance(value, str) else []:
+        name = key.rpartition("+")[2]
+        close = [] if _key_name(name) else difflib.get_close_matches(name, NAMED_KEYS, n=1)
+        if close:
+            return f" (did you mean {close[0]!r}?)"
+    return ""
 
 
 def _pressable(key: str) -> bool:
     *modifiers, name = key.split("+")
-    return bool(name) and set(modifiers) <= _MODIFIERS and _KEY_NAME_RE.match(name) is not None
+    return set(modifiers) <= _MODIFIERS and _key_name(name)
+
+
+def _key_name(name: str) -> bool:
+    """Whether Textual could name a key press ``name``: a character, a named key, or a
+    character's name ("question_mark"). A typo ("escpae") was taken, and never fired."""
+    if len(name) == 1 and name.isprintable() and not name.isspace():
+        return True
+    if name in NAMED_KEYS or name in ASCII_KEYS:
+        return True
+    if not name.isascii() or not name.replace("_", "").isalnum():
+        return False
+    spoken = name.replace("_", " ")  # another character's name: "latin_small_letter_e"
+    for candidate in (spoken, spoken.replace(" ", "-")):
+        with contextlib.suppress(KeyError, TypeError):  # TypeError: a named sequence
+            return character_key(unicodedata.lookup(candidate)) == name
+    return False
 
 
 def binding_id(value: str) -> str:

@@ -8,14 +8,17 @@ import importlib
 import inspect
 import os
 import pkgutil
+import string
 from pathlib import Path
 
+import pytest
 from textual.binding import Binding
+from textual.keys import Keys, _character_to_key
 from textual.theme import BUILTIN_THEMES
 
 import navi_desktop.tui
 from navi_desktop.config import load_settings
-from navi_desktop.config_specs import BINDING_IDS, THEMES
+from navi_desktop.config_specs import BINDING_IDS, THEMES, BadValue, key_string
 from navi_desktop.ollama_host import env_host_problems, shown_url
 from navi_desktop.tui.app import NaviApp
 from tests.daemon_home import navi as run_navi
@@ -38,6 +41,32 @@ def test_the_known_binding_ids_and_themes_are_the_apps():
     # The settings check knows them without loading Textual; these hold it to the app's.
     assert app_binding_ids() == BINDING_IDS
     assert set(THEMES) == set(BUILTIN_THEMES)
+
+
+def app_default_keys() -> set[str]:
+    found: set[str] = set()
+    for module in pkgutil.walk_packages(navi_desktop.tui.__path__, "navi_desktop.tui."):
+        for _, cls in inspect.getmembers(importlib.import_module(module.name), inspect.isclass):
+            for binding in getattr(cls, "BINDINGS", []):
+                if isinstance(binding, Binding):
+                    found.update(binding.key.split(","))
+    return found
+
+
+def test_every_key_textual_names_is_taken_and_a_typo_is_not():
+    """Key names were checked by their shape: "escpae" was taken, and never fired. The names
+    known here are held to Textual's: its named keys, the names it gives characters, and
+    every key the app binds by default."""
+    named = {k.value for k in Keys if not k.value.startswith("<") and "+" not in k.value}
+    characters = {_character_to_key(c) for c in string.printable if not c.isspace()}
+    for key in sorted((named - {"ctrl-at"}) | characters | app_default_keys()):
+        assert key_string(f"ctrl+{key}") == f"ctrl+{key}"
+    for typo, meant in [("escpae", "escape"), ("pgup", "pageup"), ("f25", "f5")]:
+        with pytest.raises(BadValue, match=f"did you mean '{meant}'"):
+            key_string(f"alt+{typo}")
+    for not_a_key in ("a1", "ctrl+question mark", "", "ctrl+<any>"):
+        with pytest.raises(BadValue):
+            key_string(not_a_key)
 
 
 async def test_a_typo_in_a_key_binding_or_theme_is_said(tmp_path: Path):
