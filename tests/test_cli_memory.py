@@ -834,3 +834,15 @@ def test_sizes_are_held_on_the_file_as_through_the_daemon(cli):
     assert_user_error(cli("edit", "1", "--correct", long_text), "a memory's text is at most")
     code, out, _ = cli("list")
     assert code == 0 and "vvvv" not in out
+
+
+def test_compacting_a_profile_that_is_not_there_makes_none(cli, home):
+    """`navi memory compact --profile typo` made the file it was asked to compact and said
+    "Compacted: 567.3 KiB → 228.0 KiB" of the new empty one."""
+    code, out, err = cli("compact", profile="typo")
+    assert code != 0 and out == "" and err.count("\n") == 1
+    assert "no profile 'typo': there is nothing to compact" in err
+    assert not list(home.rglob("*.db"))
+    assert cli("add", "bike", "blue", profile="typo")[0] == 0
+    code, out, err = cli("compact", profile="typo")
+    assert code == 0 and out.startswith("Compacted:"), err

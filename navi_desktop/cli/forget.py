@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.cli.output import emit_json, human_size, one_line, truncate
-from navi_desktop.cli.profile_access import wants_json, with_store
+from navi_desktop.cli.profile_access import profile_name, wants_json, with_store
 from navi_desktop.errors import InvalidInput, NaviError
 
 if TYPE_CHECKING:
@@ -205,7 +205,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore) -> dict[str, int]:
         return await store.compact()
 
-    compacted = with_store(args, work)
+    nothing = f"no profile {profile_name(args)!r}: there is nothing to compact"
+    compacted = with_store(args, work, unknown=nothing)  # a typo's profile is not made
     if wants_json(args):
         emit_json({"compacted": compacted})
     else:

@@ -103,7 +103,8 @@ def with_store(
 
     A profile that has no file yet is not created by a look at it: work that only ``reads``
     sees an empty store (the daemon does the same), and work on something named in it (a
-    memory's id, an entity) fails at once with ``unknown``, which says it is not there.
+    memory's id, an entity) or on the file itself (compact) fails at once with ``unknown``,
+    which says it is not there.
     """
 
     from navi_desktop.cli.config_check import settings
