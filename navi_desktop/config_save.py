@@ -145,7 +145,7 @@ def _read(path: Path, target: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise InvalidInput(f"{cannot_read(path, err)}; the file was not changed") from err
+        raise InvalidInput(cannot_read(path, err, "the file was not changed")) from err
     except UnicodeDecodeError as err:
         raise InvalidInput(
             f"{path} is not UTF-8 text (byte {err.start}): fix it in an editor (or remove it);"
