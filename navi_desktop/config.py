@@ -35,6 +35,7 @@ from navi_desktop.config_specs import (
 from navi_desktop.errors import InvalidInput
 from navi_desktop.fileio import NotRegularFile, read_regular
 from navi_desktop.ollama_host import resolve_embedding_host
+from navi_desktop.os_errors import os_refusal
 from navi_desktop.paths import default_profile
 
 DSN_ENV = "NAVI_PG_DSN"
@@ -288,7 +289,7 @@ def load_settings(
     except FileNotFoundError:
         return DEFAULTS, []
     except OSError as err:
-        return fallback, [SettingError(FILE_KEY, f"{cannot_read(path, err)}; {kept}")]
+        return fallback, [SettingError(FILE_KEY, cannot_read(path, err, kept))]
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as err:
@@ -303,20 +304,21 @@ def load_settings(
     return parse_settings(data, previous)
 
 
-def cannot_read(path: Path, err: OSError) -> str:
-    """Why the settings file cannot be read, with what to do about it."""
+def cannot_read(path: Path, err: OSError, kept: str) -> str:
+    """Why the settings file cannot be read, what stayed as it was (``kept``) and what to do
+    about it; a permission, or a file where a folder goes, in the words of every other file."""
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR):
+        return str(os_refusal(err, path, kept))
     if err.errno == errno.ELOOP:
         why = "it is a symbolic link that leads back to itself"
         fix = f"remove it (`rm {path}`) or point it at a file"
-    elif err.errno in (errno.EACCES, errno.EPERM):
-        why, fix = "permission denied", f"give your user access (`chmod u+rw {path}`)"
     elif err.errno == errno.EFBIG:
         why, fix = str(err.strerror), "a settings file is a few lines: shorten it in an editor"
-    elif isinstance(err, NotRegularFile) or err.errno == errno.EISDIR:
+    elif isinstance(err, NotRegularFile):
         why, fix = f"{err.strerror or 'it is not a file'}", "move it away"
     else:
         why, fix = str(err.strerror or err), "check the file and its disk"
-    return f"cannot read {path}: {why}; {fix}"
+    return f"cannot read {path}: {why}; {fix}; {kept}"
 
 
 def too_deep(err: ValueError | RecursionError) -> str:

@@ -5,7 +5,6 @@ blank lines and unknown keys survive, and replace the file atomically (0600 in a
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
@@ -31,7 +30,7 @@ from navi_desktop.config_specs import (
     key_string,
 )
 from navi_desktop.errors import InvalidInput, NaviError
-from navi_desktop.fileio import read_regular, take_lock, write_private_atomic
+from navi_desktop.fileio import locked, read_regular, write_private_atomic
 from navi_desktop.os_errors import os_refusal
 from navi_desktop.paths import ensure_private_dir
 
@@ -127,21 +126,16 @@ def _one_writer(path: Path) -> Iterator[None]:
         fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as err:
         raise _not_written(err, path) from err
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(os.close, fd)
         try:
-            held = take_lock(fd, fcntl.LOCK_EX, wait_s=LOCK_WAIT_S)
+            stack.enter_context(locked(fd, wait_s=LOCK_WAIT_S, strict=True))
         except BlockingIOError:
             raise NaviError(
                 f"another program holds the lock of {path.parent} (a save that does not end);"
                 " the settings were not changed: close it, then save again"
             ) from None
-        try:
-            yield
-        finally:
-            if held:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+        yield
 
 
 def _read(path: Path, target: Path) -> str | None:
@@ -151,7 +145,7 @@ def _read(path: Path, target: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as err:
-        raise InvalidInput(f"{cannot_read(path, err)}; the file was not changed") from err
+        raise InvalidInput(cannot_read(path, err, "the file was not changed")) from err
     except UnicodeDecodeError as err:
         raise InvalidInput(
             f"{path} is not UTF-8 text (byte {err.start}): fix it in an editor (or remove it);"

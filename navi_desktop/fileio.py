@@ -113,16 +113,20 @@ def take_lock(
 
 
 @contextlib.contextmanager
-def locked(fd: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S) -> Iterator[bool]:
+def locked(
+    fd: int, *, wait_s: float | None = None, poll_s: float = LOCK_POLL_S, strict: bool = False
+) -> Iterator[bool]:
     """Hold the advisory lock of the file open at ``fd``, alone, while inside (``take_lock``;
     whether it is held comes out). The daemon writes each log line under it and a scrub or a
     trim holds it from reading a log to truncating it, so no line lands in between (it was
     lost). Per open file: a thread of the daemon that opened the log itself waits as another
     process does. On a file system without locks, or past ``wait_s``, the work is done
-    without it."""
+    without it; ``strict``: past ``wait_s``, ``BlockingIOError`` and the work is not done."""
     try:
         held = take_lock(fd, fcntl.LOCK_EX, wait_s=wait_s, poll_s=poll_s)
     except BlockingIOError:
+        if strict:
+            raise
         held = False
     try:
         yield held

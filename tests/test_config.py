@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -27,8 +30,9 @@ from navi_desktop.config import (
 )
 from navi_desktop.config_save import save_setting, save_settings
 from navi_desktop.config_watch import SettingsWatcher
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import InvalidInput, NaviError
 from navi_desktop.paths import Paths
+from tests.nobody import needs_root, run_as_nobody
 
 
 @pytest.fixture
@@ -256,6 +260,39 @@ def test_a_planted_settings_file_is_one_line_not_a_hang(config, plant, reason):
     loaded, saved = done.stdout.splitlines()
     assert loaded == f"cannot read {config}: {reason}; the defaults are in force"
     assert saved == f"cannot read {config}: {reason}; the file was not changed"
+
+
+def test_a_file_where_the_settings_folder_goes_is_worded_as_when_saving(tmp_path):
+    # Before, reading said "Not a directory; check the file and its disk" where saving named
+    # the file in the folder's place.
+    (tmp_path / "navi").write_text("not a folder")
+    config = tmp_path / "navi" / "config.toml"
+    _, errors = load_settings(config)
+    assert [e.reason for e in errors] == [
+        f"cannot use {config}: {tmp_path / 'navi'} is not a folder; the defaults are in force:"
+        " move that away, then try again"
+    ]
+    with pytest.raises(NaviError) as err:
+        save_setting(config, "ui.theme", "nord")
+    assert f"{tmp_path / 'navi'} is not a folder; the settings were not changed" in str(err.value)
+
+
+@needs_root
+def test_a_settings_file_its_user_cannot_read_names_the_chmod():
+    root = Path(tempfile.mkdtemp(prefix="navi-unreadable-"))  # nobody must reach the folder
+    try:
+        root.chmod(0o755)
+        config = root / "config.toml"
+        config.write_text('[ui]\ntheme = "nord"\n')
+        config.chmod(0o600)
+        reasons = run_as_nobody(lambda: [e.reason for e in load_settings(config)[1]])
+    finally:
+        shutil.rmtree(root)
+    assert reasons == [
+        f"cannot use {config}: permission denied on {config}; the defaults are in force: give"
+        f" your user read and write access to it and its folder (e.g. `chmod u+rw {config}` and"
+        f" `chmod u+rwx {root}`)"
+    ]
 
 
 # ---- saving --------------------------------------------------------------------------------

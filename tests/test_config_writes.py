@@ -6,6 +6,8 @@ folder removed and made again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import os
 import shutil
 import tomllib
@@ -19,7 +21,8 @@ from navi_desktop.config import MAX_CONFIG_BYTES
 from navi_desktop.config_save import save_settings
 from navi_desktop.daemon.client import DaemonClient
 from navi_desktop.daemon.main import socket_path
-from navi_desktop.errors import InvalidInput
+from navi_desktop.errors import InvalidInput, NaviError
+from navi_desktop.fileio import locked
 from tests.tui_support import DEAD_HOST, Daemon, make_home
 
 LOOP = "it is a symbolic link that leads back to itself"
@@ -168,6 +171,60 @@ def test_an_editor_saving_before_and_during_the_swap_keeps_its_newer_save(
     save_settings(config, {"memory.budget_tokens": 500})
     assert flat(config) == {"ollama.chat_model": "second", "memory.budget_tokens": 500}
     assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+
+
+def open_paths() -> set[str]:
+    """What this process's descriptors lead to."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile (listdir's own)
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+    return found
+
+
+def test_a_save_waits_for_the_folder_lock_only_so_long(tmp_path: Path, monkeypatch):
+    # A save that never ends (another program holding the config folder's lock) makes this
+    # one give up with one line, the file unchanged; no descriptor stays open, no lock held.
+    config = tmp_path / "config" / "config.toml"
+    config.parent.mkdir(mode=0o700)
+    config.write_text("[memory]\nbudget_tokens = 900\n")
+    monkeypatch.setattr(config_save, "LOCK_WAIT_S", 0.2)
+    other = os.open(config.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with pytest.raises(NaviError) as err:
+            save_settings(config, {"memory.budget_tokens": 500})
+        assert str(err.value) == (
+            f"another program holds the lock of {config.parent} (a save that does not end);"
+            " the settings were not changed: close it, then save again"
+        )
+        assert config.read_text() == "[memory]\nbudget_tokens = 900\n"
+        fcntl.flock(other, fcntl.LOCK_UN)
+        save_settings(config, {"memory.budget_tokens": 500})
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the save let go of it
+    finally:
+        os.close(other)
+    assert flat(config) == {"memory.budget_tokens": 500}
+    assert str(config.parent) not in open_paths()
+
+
+def test_a_lock_another_holds_is_gone_without_or_refused_when_strict(tmp_path: Path):
+    other, mine = (os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY) for _ in range(2))
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        with locked(mine, wait_s=0) as held:
+            assert held is False  # the work goes on without it
+        with pytest.raises(BlockingIOError), locked(mine, wait_s=0, strict=True):
+            pytest.fail("done without the lock")
+        fcntl.flock(other, fcntl.LOCK_UN)
+        with locked(mine, wait_s=0, strict=True) as held:
+            assert held is True
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go on leaving
+    finally:
+        os.close(other)
+        os.close(mine)
 
 
 def test_a_value_too_long_to_read_back_is_refused(tmp_path: Path):

@@ -99,8 +99,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _recover(args: argparse.Namespace, report: Any) -> int:
-    from navi_desktop.memory.failures import profile_option
     from navi_desktop.memory.salvage import recover
+    from navi_desktop.paths import profile_option
 
     if not report.damaged:
         if wants_json(args):

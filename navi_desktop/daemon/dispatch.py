@@ -30,6 +30,8 @@ log = logging.getLogger("navi_desktop.daemon.rpc")
 
 Handler = Callable[[dict[str, Any], Peer], Awaitable[Any]]
 MAX_NAME_IN_MESSAGE = 100  # longer method names are cut in error messages
+# The code a handler's NaviError is answered with: that of the first class it belongs to.
+_NAVI_CODES = ((NotFound, NOT_FOUND), (InvalidInput, INVALID_PARAMS), (NaviError, APP_ERROR))
 
 _JSON_TYPES = {
     dict: "object",
@@ -144,26 +146,19 @@ class Dispatcher:
             return error_reply(rid, METHOD_NOT_FOUND, message)
         try:
             result = await handler(params, peer)
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # this request itself is being cancelled (connection closed, stop())
-            told = error_data(exc)
-            return error_reply(rid, REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled", told)
-        except NotFound as exc:
-            return error_reply(rid, NOT_FOUND, str(exc), type(exc).__name__, error_data(exc))
-        except InvalidInput as exc:
-            return error_reply(rid, INVALID_PARAMS, str(exc), type(exc).__name__, error_data(exc))
-        except NaviError as exc:
-            return error_reply(rid, APP_ERROR, str(exc), type(exc).__name__, error_data(exc))
-        except Exception as exc:  # parameters are checked by each method's model (params.py)
-            told = error_data(exc)
-            log.exception("internal error in %s", method)
-            return error_reply(
-                rid,
-                INTERNAL_ERROR,
-                f"internal error in {method}: {type(exc).__name__} (see the daemon log)",
-                type(exc).__name__,
-                told,
-            )
+        except (asyncio.CancelledError, Exception) as exc:
+            kind = type(exc).__name__
+            if isinstance(exc, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # this request itself is being cancelled (connection closed, stop())
+                code, message, kind = REQUEST_CANCELLED, f"{method} was cancelled", "Cancelled"
+            elif isinstance(exc, NaviError):
+                code = next(c for cls, c in _NAVI_CODES if isinstance(exc, cls))
+                message = str(exc)
+            else:  # parameters are checked by each method's model (params.py)
+                log.exception("internal error in %s", method)
+                code = INTERNAL_ERROR
+                message = f"internal error in {method}: {kind} (see the daemon log)"
+            return error_reply(rid, code, message, kind, error_data(exc))
         return {"jsonrpc": "2.0", "id": rid, "result": result}

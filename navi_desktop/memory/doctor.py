@@ -27,11 +27,11 @@ from navi_desktop.memory.failures import (
     free_bytes,
     megabytes,
     on_read_only_fs,
-    profile_option,
     unreachable,
 )
 from navi_desktop.memory.filecheck import APPLICATION_ID, check_file, read_only, wal_path
 from navi_desktop.memory.migrations import MIGRATIONS, schema_version
+from navi_desktop.paths import profile_option
 
 OK, NOTE, WARNING, PROBLEM = "ok", "note", "warning", "problem"
 WAL_WARN_BYTES = 256 << 20

@@ -28,9 +28,7 @@ from navi_desktop.errors import (
     ProfileUnreadable,
 )
 from navi_desktop.os_errors import READ_ONLY_FIX
-
-# Light helpers kept apart (the CLI and the daemon's start use them without the engine).
-from navi_desktop.paths import profile_flag, profile_of, profile_option  # noqa: F401
+from navi_desktop.paths import profile_option
 
 # SQLite's primary result codes (the low byte of an extended one).
 SQLITE_PERM, SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT = 3, 8, 10, 11

@@ -11,9 +11,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.scrub_plan import counted
 from navi_desktop.memory.sessions import FIRST_SAID
+from navi_desktop.paths import profile_flag
 
 NAME_CUT = 60  # characters of a title or first message, as the sessions list shows them
 MAX_NAMED = 3  # sessions named in the line; --json lists them all

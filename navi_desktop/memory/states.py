@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import InvalidInput
 from navi_desktop.memory.clock import now_iso
-from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.models import Memory
+from navi_desktop.paths import profile_flag
 
 if TYPE_CHECKING:
     from navi_desktop.memory.backends import Store

@@ -24,7 +24,7 @@ from navi_desktop.memory.entity_enrichment import EnrichmentOps
 from navi_desktop.memory.entity_profiles import EntityOps
 from navi_desktop.memory.exchange import ExchangeOps
 from navi_desktop.memory.facts import FactOps
-from navi_desktop.memory.failures import disk_full, profile_of
+from navi_desktop.memory.failures import disk_full
 from navi_desktop.memory.feedback import FeedbackOps
 from navi_desktop.memory.forget import ForgetOps
 from navi_desktop.memory.housekeeping import HousekeepingOps
@@ -39,7 +39,7 @@ from navi_desktop.memory.sessions import SessionAdminOps, SessionOps
 from navi_desktop.memory.states import StateOps
 from navi_desktop.memory.textproc import entity_names, normalize
 from navi_desktop.memory.vectors import MEMORY, MESSAGE, BitIndex, int8_codes, sign_bits
-from navi_desktop.paths import Paths
+from navi_desktop.paths import Paths, profile_of
 
 ROLES = ("user", "assistant", "tool", "system")
 LOAD_CHUNK = 250_000  # codes read at once when loading the bit index (24 MB at 768-d)

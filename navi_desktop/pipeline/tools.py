@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from navi_desktop.errors import NaviError, NotFound
 from navi_desktop.expiry import in_days
 from navi_desktop.memory.documents import memory_text
-from navi_desktop.memory.failures import profile_flag
 from navi_desktop.memory.models import CATEGORIES, KINDS
+from navi_desktop.paths import profile_flag
 from navi_desktop.pipeline.policy import asks_to_remember, is_sensitive
 from navi_desktop.pipeline.tool_args import BadArguments, fit_arguments
 from navi_desktop.pipeline.user_intent import (
