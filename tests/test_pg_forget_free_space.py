@@ -150,9 +150,20 @@ def test_compact_by_a_login_that_does_not_own_the_tables_says_the_forget_is_done
     assert code != 0 and "no memory" in err
     code, _, err = cli("compact")
     assert code == 1 and "only the owner" in err and err.count("\n") == 1
+    assert [s["ids"] for s in waiting_scrubs(cli)] == [[memory_id]]
     use(owner_dsn)
     code, out, err = cli("compact")
     assert code == 0 and out.startswith("Compacted:"), err
+    # The owner's compact vacuumed every table: the login's own scrub no longer waits (it
+    # was listed for ever, as the login may not vacuum and never cleared it).
+    use(as_role(pg_dsn, "dora_laptop"))
+    assert waiting_scrubs(cli) == []
+
+
+def waiting_scrubs(cli) -> list[dict]:
+    code, out, err = cli("--json", "stats")
+    assert code == 0, err
+    return json.loads(out)["pending_scrubs"]
 
 
 async def test_a_save_racing_a_forget_on_another_connection_cannot_keep_the_value(pg_dsn):

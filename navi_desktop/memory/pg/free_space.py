@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from navi_desktop.errors import NaviError
@@ -136,6 +137,9 @@ class PgFreeSpaceOps:
             before = await self.db.scalar(size)
         pending = await self.pending_scrubs()
         await self.vacuum(full=True)
+        # VACUUM FULL leaves the tables' vacuum times as they were: a plain VACUUM after it
+        # (quick on rewritten tables) dates them, so other profiles' waiting scrubs end too.
+        await self.vacuum()
         await self._clear_pending(pending)
         async with self.db.reading():
             after = await self.db.scalar(size)
@@ -150,9 +154,15 @@ class PgFreeSpaceOps:
         await self._purge_free_space([])
 
     async def _note_pending(self: PgMemoryStore, ids: list[int], reason: str) -> None:
-        """Record a scrub as unfinished (inside a transaction); ids and times, never text."""
+        """Record a scrub as unfinished (inside a transaction); ids and times, never text.
+        ``server_since``: the server's clock, which dates its tables' vacuums too."""
         pending = [p for p in await self._pending() if p["ids"] != ids]
-        pending.append({"ids": ids, "since": now_iso(), "reason": reason})
+        server_now = await self.db.scalar(
+            "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+        )
+        pending.append(
+            {"ids": ids, "since": now_iso(), "reason": reason, "server_since": server_now}
+        )
         await self._set_meta(PENDING_KEY, json.dumps(pending))
 
     async def _purge_free_space(self: PgMemoryStore, ids: list[int]) -> str | None:
@@ -192,24 +202,46 @@ class PgFreeSpaceOps:
 
     async def pending_scrubs(self: PgMemoryStore) -> list[dict[str, Any]]:
         """Forgets whose rows may still be in the tables' dead space: ``ids``, ``since``,
-        ``reason``."""
-        return await self._pending_now()
+        ``reason``. Not one that every table was vacuumed since, by anyone (autovacuum, the
+        owner's compact): a login that may not vacuum saw its scrubs waiting for ever."""
+        pending = await self._pending_now()
+        done = await self._vacuumed_since(pending)
+        return [p for p in pending if p not in done]
+
+    async def _vacuumed_since(self: PgMemoryStore, pending: list[Any]) -> list[Any]:
+        """The records of ``pending`` after whose time every table of the schema was
+        vacuumed (the server's clock both: no machine's clock is compared with it)."""
+        dated = [p for p in pending if isinstance(p.get("server_since"), str)]
+        if not dated:
+            return []
+        async with self.db.reading():
+            oldest = await self.db.scalar(
+                "SELECT CASE WHEN bool_and(greatest(last_vacuum, last_autovacuum) IS NOT NULL)"
+                " THEN min(greatest(last_vacuum, last_autovacuum)) END"
+                " FROM pg_stat_all_tables WHERE schemaname = $1",
+                (SCHEMA,),
+            )
+        if oldest is None:
+            return []
+        return [p for p in dated if datetime.fromisoformat(p["server_since"]) < oldest]
 
     async def retry_scrubs(self: PgMemoryStore, wait_ms: int = 250) -> list[dict[str, Any]]:
         """Try the pending scrubs again; returns the ones now complete. (``wait_ms`` is the
         SQLite side's wait for readers; VACUUM on a server does not wait for them.) A VACUUM
         that fails again leaves them for the next try."""
+        vacuumed = await self._vacuumed_since(await self._pending_now())
+        await self._clear_pending(vacuumed)  # done by another's vacuum meanwhile
         before = await self.pending_scrubs()
         if not before:
-            return []
+            return vacuumed
         try:
             if not await self.vacuum():
-                return []
+                return vacuumed
         except VacuumFailed as exc:
             log.info("a forget's VACUUM still waits: %s", exc)
-            return []
+            return vacuumed
         await self._clear_pending(before)
-        return before
+        return vacuumed + before
 
 
 __all__ = ["NOT_OWNER", "PgFreeSpaceOps", "VacuumFailed"]
