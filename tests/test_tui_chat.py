@@ -150,20 +150,25 @@ async def test_copy_puts_the_reply_on_the_clipboard(fake, daemon):
         assert app.clipboard == "hello"
 
 
-async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake, daemon):
+async def open_used(fake, daemon, app: NaviApp, pilot) -> tuple[int, UsedScreen]:
+    """A memory, a reply that used it, and "What did you use?" (F5) open on that reply."""
     added = await daemon.call(
         "memory.add",
         {"args": ["green"], "kwargs": {"category": "preferences", "key": "favourite colour"}},
     )
-    memory_id = added["memory"]["id"]
     fake.script(Reply("Your favourite colour is green."))
+    await ready(app, pilot)
+    await say(app, pilot, "what is my favourite colour?")
+    await pilot.press("f5")
+    await until(pilot, lambda: isinstance(app.screen, UsedScreen) and app.screen.injections)
+    assert isinstance(app.screen, UsedScreen)
+    return added["memory"]["id"], app.screen
+
+
+async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake, daemon):
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
-        await ready(app, pilot)
-        await say(app, pilot, "what is my favourite colour?")
-        await pilot.press("f5")
-        await until(pilot, lambda: isinstance(app.screen, UsedScreen) and app.screen.injections)
-        used = app.screen
+        memory_id, used = await open_used(fake, daemon, app, pilot)
         assert [i["memory_id"] for i in used.injections] == [memory_id]
         assert "favourite colour: green" in str(
             used.query_one("#used-list").get_option_at_index(0).prompt
