@@ -37,6 +37,13 @@ async def say(app: NaviApp, pilot, text: str) -> None:
     await until(pilot, lambda: len(views(app)) >= before + 2 and app.screen.reply is None)
 
 
+async def tea_chat(app: NaviApp, pilot) -> str:
+    """Once the app is ready, a first message about tea and its reply: the session's id."""
+    await ready(app, pilot)
+    await say(app, pilot, "tell me about tea")
+    return app.screen.session_id
+
+
 async def test_a_reply_streams_into_the_transcript_and_is_stored(fake, daemon):
     fake.script(Reply("Hello **there**.\n\n```python\nprint(1)\n"))  # an unclosed fence
     app = NaviApp(daemon.paths, autostart=False)
@@ -240,9 +247,7 @@ async def test_sessions_can_be_searched_opened_renamed_exported_and_deleted(
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
-        await ready(app, pilot)
-        await say(app, pilot, "tell me about tea")
-        tea = chat.session_id
+        tea = await tea_chat(app, pilot)
         await pilot.press("ctrl+n")
         await until(pilot, lambda: chat.session_id is None and not views(app))
         await say(app, pilot, "tell me about rust")

@@ -16,15 +16,7 @@ from navi_desktop.tui.dialogs import TextScreen
 from navi_desktop.tui.inspector import screen as inspector_screen
 from tests.test_tui_chat import open_used
 from tests.test_tui_inspector import add, held, highlight, inspector, open_tab, settled
-from tests.tui_support import SIZE, Daemon, until
-
-
-def said(app: NaviApp, words: str) -> bool:
-    return any(words in n.message for n in app._notifications)
-
-
-def errors(app: NaviApp) -> list[str]:
-    return [n.message for n in app._notifications if n.severity == "error"]
+from tests.tui_support import SIZE, Daemon, error_notes, notified, until
 
 
 @pytest.mark.parametrize(
@@ -42,8 +34,8 @@ async def test_a_dialog_on_a_memory_forgotten_meanwhile_closes_and_says_so(
         app.screen.query_one("#text", Input).value = typed
         await pilot.press("enter")
         await until(pilot, lambda: app.screen is screen and settled(app))
-        assert said(app, f"{line}: it was forgotten meanwhile"), app._notifications
-        assert not errors(app)
+        assert notified(app, f"{line}: it was forgotten meanwhile"), app._notifications
+        assert not error_notes(app)
         await until(pilot, lambda: jazz["id"] not in screen.memory_list.memories)
 
 
@@ -60,14 +52,16 @@ async def test_pin_confirm_and_accept_of_a_memory_forgotten_meanwhile_say_so(
             await highlight(pilot, screen, memory["id"])
             await daemon.call("memory.forget", {"args": [memory["id"]]})
             await pilot.press(key)
-            await until(pilot, lambda line=line: said(app, f"{line}: it was forgotten meanwhile"))
+            await until(
+                pilot, lambda line=line: notified(app, f"{line}: it was forgotten meanwhile")
+            )
             assert memory["id"] not in screen.memory_list.memories
         await open_tab(pilot, screen, "inbox")
         await highlight(pilot, screen, city["id"])
         await daemon.call("memory.forget", {"args": [city["id"]]})
         await pilot.press("a")
-        await until(pilot, lambda: said(app, "Not accepted: it was forgotten meanwhile"))
-        assert not errors(app)
+        await until(pilot, lambda: notified(app, "Not accepted: it was forgotten meanwhile"))
+        assert not error_notes(app)
 
 
 async def test_what_did_you_use_on_a_memory_forgotten_meanwhile_says_so(fake, daemon) -> None:
@@ -76,6 +70,6 @@ async def test_what_did_you_use_on_a_memory_forgotten_meanwhile_says_so(fake, da
         memory_id, used = await open_used(fake, daemon, app, pilot)
         await daemon.call("memory.forget", {"args": [memory_id]})
         await pilot.press("p")
-        await until(pilot, lambda: said(app, "Not pinned: it was forgotten meanwhile"))
+        await until(pilot, lambda: notified(app, "Not pinned: it was forgotten meanwhile"))
         await until(pilot, lambda: app.screen is used and not used.injections)
-        assert not errors(app)
+        assert not error_notes(app)
