@@ -5,9 +5,12 @@ every message sent failed with "no session with id ..." until Ctrl+N."""
 
 from __future__ import annotations
 
+import pytest
+from textual.widgets import Input
+
 from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.prompt import Prompt
-from navi_desktop.tui.dialogs import ChoiceScreen
+from navi_desktop.tui.dialogs import ChoiceScreen, TextScreen
 from tests.fake_ollama import Reply
 from tests.test_tui_chat import ready, replies, say, tea_chat, views
 from tests.tui_support import SIZE, Daemon, error_notes, notified, until
@@ -68,3 +71,23 @@ async def test_an_incognito_chat_the_restarted_daemon_lacks_starts_afresh(fake, 
             assert not error_notes(app)
         finally:
             await restarted.stop()
+
+
+@pytest.mark.parametrize("key", ["f7", "f9"])  # rename, export
+async def test_a_dialog_on_a_session_deleted_meanwhile_closes(fake, daemon, key, tmp_path) -> None:
+    """Before, the rename and export dialogs showed "no session with id ..." under the words
+    and asked again for as long as the user tried."""
+    fake.script(Reply("Tea is good."))
+    app = NaviApp(daemon.paths, autostart=False)
+    async with app.run_test(size=SIZE) as pilot:
+        chat = app.screen
+        tea = await tea_chat(app, pilot)
+        await pilot.press(key)
+        await until(pilot, lambda: isinstance(app.screen, TextScreen))
+        await daemon.call("sessions.delete", {"id": tea})
+        app.screen.query_one("#text", Input).value = str(tmp_path / "tea.md")
+        await pilot.press("enter")
+        await until(pilot, lambda: app.screen is chat and chat.session_id is None)
+        gone = [n for n in app._notifications if "This chat is gone" in n.message]
+        assert len(gone) == 1 and not error_notes(app)
+        assert not (tmp_path / "tea.md").exists()

@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from navi_desktop.errors import NotFound
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.widgets.ordered import OrderedInput
 
@@ -177,6 +178,7 @@ async def ask_text(
 
     A save that fails asks again with the words as typed and the reason under them, so what
     was typed is never lost to a refusal (too long, a folder that cannot be written...).
+    ``NotFound`` is raised to the caller: the thing saved to no longer exists.
     Run from a worker: ``save`` may ask more (a confirm) itself.
     """
     error = ""
@@ -186,5 +188,7 @@ async def ask_text(
             return text
         try:
             return await save(text)
+        except NotFound:  # what it saves to is gone (deleted meanwhile): asking cannot help
+            raise
         except Exception as err:
             value, error = text, str(err) or type(err).__name__

@@ -35,15 +35,15 @@ class SessionActions:
         session_id = self.session_id
         current = self.sessions.title_of(session_id) or ""
 
-        async def save(title: str) -> str | None:
-            try:
-                await self.navi.link.call("sessions.rename", {"id": session_id, "title": title})
-            except RemoteNotFound:  # not a refusal to show under the words: it is gone
-                await self._session_gone()
-                return None
+        async def save(title: str) -> str:
+            await self.navi.link.call("sessions.rename", {"id": session_id, "title": title})
             return title
 
-        title = await ask_text(self.app, "Rename session", current, save)
+        try:
+            title = await ask_text(self.app, "Rename session", current, save)
+        except RemoteNotFound:  # deleted elsewhere meanwhile
+            await self._session_gone(session_id)
+            return
         if title is None:
             return
         self.sessions.reload()
@@ -94,7 +94,7 @@ class SessionActions:
                 self.app, "this session", f"navi-session-{_slug(title)}.md", markdown
             )
         except RemoteNotFound:  # deleted elsewhere meanwhile
-            await self._session_gone()
+            await self._session_gone(session_id)
             return
         except Exception as err:
             self.navi.report(err, "Exporting the session")
@@ -114,12 +114,14 @@ class SessionActions:
             and not self.answering  # its turn fails on it and comes here itself
         )
 
-    async def _session_gone(self: ChatScreen, text: str | None = None) -> None:
-        """The open session no longer exists: the chat starts afresh rather than sending
-        into it (each send failed, "no session with id ..."). ``text``, a message it did not
-        take, goes back to the prompt."""
+    async def _session_gone(self: ChatScreen, session_id: str, text: str | None = None) -> None:
+        """Session ``session_id`` no longer exists: if it is still the open one, the chat
+        starts afresh rather than sending into it (each send failed, "no session with id
+        ..."). ``text``, a message it did not take, goes back to the prompt."""
         if text:
             self._give_back(text)
+        if session_id != self.session_id:
+            return  # closed already (the daemon's notice of the delete came first)
         # An incognito chat is in the daemon's memory only: a restart or the cap lets it go.
         why = "the daemon no longer has it" if self.incognito else "it was deleted elsewhere"
         await self._clear()

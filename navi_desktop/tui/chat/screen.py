@@ -134,7 +134,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
             if method == "session.state":
                 self._ended_by_daemon(params)
             elif method == "session.updated" and self._deleted_elsewhere(params):
-                await self._session_gone()
+                await self._session_gone(params["session_id"])
         elif method == "memory.changed" and (params or {}).get("method") == "memory.forget":
             # Forgetting redacts what was said: the list and the open transcript follow.
             self.sessions.reload()
@@ -234,7 +234,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         except Exception as err:
             kept, turn_id = self._kept(err)
             if isinstance(err, RemoteNotFound):  # the session was deleted elsewhere meanwhile
-                await self._session_gone(text)
+                await self._session_gone(params["session_id"], text)
             elif said and text and kept is False:
                 # Never kept (a full disk, no connection): shown as sent, it was lost, and
                 # Ctrl+R then answered the turn before under it.
