@@ -38,7 +38,8 @@ class Dialog(ModalScreen[str | None]):
 
 
 class ChoiceScreen(Dialog):
-    """A question with a few answers; Esc answers ``None``."""
+    """A question with a few answers; Esc answers ``None``. The title and body are shown as
+    written, never read as markup: they hold what the user wrote (a session's title, a path)."""
 
     def __init__(
         self, title: str, body: str, choices: list[tuple[str, str, str]], **kw: object
@@ -49,10 +50,10 @@ class ChoiceScreen(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self._title, classes="title")
+            yield Label(self._title, classes="title", markup=False)
             # Scrolls when long (Shift+Tab reaches it): the buttons always stay on screen.
             with VerticalScroll(classes="body-scroll"):
-                yield Static(self._body, classes="body")
+                yield Static(self._body, classes="body", markup=False)
             with Horizontal():
                 for answer, label, variant in self._choices:
                     yield Button(label, id=f"choice-{answer}", variant=variant)  # type: ignore[arg-type]
@@ -121,7 +122,7 @@ def forget_body(label: str, preview: dict) -> str:
         lines.append(_clip(preview["kept"], 600))
     lines.append(f"Matched as {preview['rule']}.")
     lines.append("It will not be learned again.")
-    return escape("\n".join(lines))  # the user's text is shown as written, never as markup
+    return "\n".join(lines)
 
 
 class TextScreen(Dialog):

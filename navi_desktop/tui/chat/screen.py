@@ -95,7 +95,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         with Horizontal(id="main"):
             yield SessionsPane(id="sessions-pane")
             with Vertical(id="chat"):
-                yield Label("New chat", id="chat-title")
+                yield Label("New chat", id="chat-title", markup=False)  # words as typed
                 yield Transcript(id="transcript")
                 yield Prompt(id="prompt")
 
