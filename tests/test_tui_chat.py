@@ -4,7 +4,10 @@ and the fake Ollama on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -35,6 +38,16 @@ async def say(app: NaviApp, pilot, text: str) -> None:
     before = len(views(app))
     await pilot.press(*text, "enter")
     await until(pilot, lambda: len(views(app)) >= before + 2 and app.screen.reply is None)
+
+
+@contextlib.asynccontextmanager
+async def chat_app(fake, daemon, *scripted: Reply, **kw: Any) -> AsyncIterator[tuple[NaviApp, Any]]:
+    """The app on the chat, ready (the daemon's figures in), the fake scripted."""
+    fake.script(*scripted)
+    app = NaviApp(daemon.paths, autostart=False, **kw)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        yield app, pilot
 
 
 async def tea_chat(app: NaviApp, pilot) -> str:

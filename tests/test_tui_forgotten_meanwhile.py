@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 from textual.widgets import Input
 
-from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.dialogs import TextScreen
 from navi_desktop.tui.inspector import screen as inspector_screen
-from tests.test_tui_chat import open_used
+from tests.test_tui_chat import chat_app, open_used
 from tests.test_tui_inspector import add, held, highlight, inspector, open_tab, settled
-from tests.tui_support import SIZE, Daemon, error_notes, notified, until
+from tests.tui_support import Daemon, error_notes, notified, until
 
 
 @pytest.mark.parametrize(
@@ -65,8 +64,7 @@ async def test_pin_confirm_and_accept_of_a_memory_forgotten_meanwhile_say_so(
 
 
 async def test_what_did_you_use_on_a_memory_forgotten_meanwhile_says_so(fake, daemon) -> None:
-    app = NaviApp(daemon.paths, autostart=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with chat_app(fake, daemon) as (app, pilot):
         memory_id, used = await open_used(fake, daemon, app, pilot)
         await daemon.call("memory.forget", {"args": [memory_id]})
         await pilot.press("p")

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from textual.widgets import Label, Static
 
-from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.dialogs import ConfirmScreen
 from tests.fake_ollama import Reply
-from tests.test_tui_chat import ready, replies
-from tests.tui_support import SIZE, error_notes, until
+from tests.test_tui_chat import chat_app, replies
+from tests.tui_support import error_notes, until
 
 LIKE_MARKUP = "[/] [b]tea[/b] [@click=app.quit]quit[/]"
 
 
 async def test_a_title_like_markup_is_shown_as_written(fake, daemon) -> None:
-    fake.script(Reply("Tea is good."))
-    app = NaviApp(daemon.paths, autostart=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with chat_app(fake, daemon, Reply("Tea is good.")) as (app, pilot):
         chat = app.screen
-        await ready(app, pilot)
         chat.query_one(Prompt).text = LIKE_MARKUP
         await pilot.press("enter")
         await until(pilot, lambda: replies(app) == ["Tea is good."] and chat.reply is None)

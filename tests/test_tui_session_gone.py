@@ -8,18 +8,15 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from navi_desktop.tui.app import NaviApp
 from navi_desktop.tui.chat.prompt import Prompt
 from navi_desktop.tui.dialogs import ChoiceScreen, TextScreen
 from tests.fake_ollama import Reply
-from tests.test_tui_chat import ready, replies, say, tea_chat, views
-from tests.tui_support import SIZE, Daemon, error_notes, notified, until
+from tests.test_tui_chat import chat_app, replies, say, tea_chat, views
+from tests.tui_support import Daemon, error_notes, notified, until
 
 
 async def test_a_session_deleted_elsewhere_closes_keeping_what_is_typed(fake, daemon) -> None:
-    fake.script(Reply("Tea is good."), Reply("Coffee too."))
-    app = NaviApp(daemon.paths, autostart=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with chat_app(fake, daemon, Reply("Tea is good."), Reply("Coffee too.")) as (app, pilot):
         chat = app.screen
         tea = await tea_chat(app, pilot)
         await pilot.press(*"half typed")
@@ -34,9 +31,7 @@ async def test_a_session_deleted_elsewhere_closes_keeping_what_is_typed(fake, da
 
 
 async def test_deleting_here_is_not_said_to_be_elsewhere(fake, daemon) -> None:
-    fake.script(Reply("Tea is good."))
-    app = NaviApp(daemon.paths, autostart=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with chat_app(fake, daemon, Reply("Tea is good.")) as (app, pilot):
         chat = app.screen
         await tea_chat(app, pilot)
         await pilot.press("f8")
@@ -49,11 +44,9 @@ async def test_deleting_here_is_not_said_to_be_elsewhere(fake, daemon) -> None:
 
 
 async def test_an_incognito_chat_the_restarted_daemon_lacks_starts_afresh(fake, daemon) -> None:
-    fake.script(Reply("Off the record."), Reply("Still here."))
-    app = NaviApp(daemon.paths, autostart=False, incognito=True)
-    async with app.run_test(size=SIZE) as pilot:
+    scripted = Reply("Off the record."), Reply("Still here.")
+    async with chat_app(fake, daemon, *scripted, incognito=True) as (app, pilot):
         chat = app.screen
-        await ready(app, pilot)
         await say(app, pilot, "a secret")
         await daemon.stop()
         await until(pilot, lambda: not app.link.connected)
@@ -77,9 +70,7 @@ async def test_an_incognito_chat_the_restarted_daemon_lacks_starts_afresh(fake, 
 async def test_a_dialog_on_a_session_deleted_meanwhile_closes(fake, daemon, key, tmp_path) -> None:
     """Before, the rename and export dialogs showed "no session with id ..." under the words
     and asked again for as long as the user tried."""
-    fake.script(Reply("Tea is good."))
-    app = NaviApp(daemon.paths, autostart=False)
-    async with app.run_test(size=SIZE) as pilot:
+    async with chat_app(fake, daemon, Reply("Tea is good.")) as (app, pilot):
         chat = app.screen
         tea = await tea_chat(app, pilot)
         await pilot.press(key)
