@@ -23,6 +23,12 @@ def too_long(text: str, limit: int, what: str, fix: str = "use a few words from 
     return f"{what} is at most {limit:,} characters, and this one has {len(text):,}: {fix}"
 
 
+def too_long_sentence(text: str, limit: int, what: str) -> str | None:
+    """``too_long``'s line as a sentence to show on its own (a list's only row), or None."""
+    line = too_long(text, limit, what)
+    return f"{line[0].upper()}{line[1:]}." if line else None
+
+
 def check_length(
     text: str | None, limit: int, what: str, fix: str = "use a few words from it"
 ) -> None:

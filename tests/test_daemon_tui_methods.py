@@ -422,4 +422,5 @@ async def test_a_rename_or_a_delete_is_announced_to_every_open_app(daemon):
     await daemon.call("sessions.rename", id=sid, title="Greetings")
     assert ("session.updated", {"profile": "me", "session_id": sid}) in await daemon.notes()
     await daemon.call("sessions.delete", id=sid)
-    assert ("session.updated", {"profile": "me", "session_id": sid}) in await daemon.notes()
+    deleted = {"profile": "me", "session_id": sid, "deleted": True}  # an app with it open closes it
+    assert ("session.updated", deleted) in await daemon.notes()

@@ -4,7 +4,10 @@ and the fake Ollama on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -35,6 +38,23 @@ async def say(app: NaviApp, pilot, text: str) -> None:
     before = len(views(app))
     await pilot.press(*text, "enter")
     await until(pilot, lambda: len(views(app)) >= before + 2 and app.screen.reply is None)
+
+
+@contextlib.asynccontextmanager
+async def chat_app(fake, daemon, *scripted: Reply, **kw: Any) -> AsyncIterator[tuple[NaviApp, Any]]:
+    """The app on the chat, ready (the daemon's figures in), the fake scripted."""
+    fake.script(*scripted)
+    app = NaviApp(daemon.paths, autostart=False, **kw)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(app, pilot)
+        yield app, pilot
+
+
+async def tea_chat(app: NaviApp, pilot) -> str:
+    """Once the app is ready, a first message about tea and its reply: the session's id."""
+    await ready(app, pilot)
+    await say(app, pilot, "tell me about tea")
+    return app.screen.session_id
 
 
 async def test_a_reply_streams_into_the_transcript_and_is_stored(fake, daemon):
@@ -150,20 +170,25 @@ async def test_copy_puts_the_reply_on_the_clipboard(fake, daemon):
         assert app.clipboard == "hello"
 
 
-async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake, daemon):
+async def open_used(fake, daemon, app: NaviApp, pilot) -> tuple[int, UsedScreen]:
+    """A memory, a reply that used it, and "What did you use?" (F5) open on that reply."""
     added = await daemon.call(
         "memory.add",
         {"args": ["green"], "kwargs": {"category": "preferences", "key": "favourite colour"}},
     )
-    memory_id = added["memory"]["id"]
     fake.script(Reply("Your favourite colour is green."))
+    await ready(app, pilot)
+    await say(app, pilot, "what is my favourite colour?")
+    await pilot.press("f5")
+    await until(pilot, lambda: isinstance(app.screen, UsedScreen) and app.screen.injections)
+    assert isinstance(app.screen, UsedScreen)
+    return added["memory"]["id"], app.screen
+
+
+async def test_what_did_you_use_lists_the_memory_and_can_pin_and_forget_it(fake, daemon):
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
-        await ready(app, pilot)
-        await say(app, pilot, "what is my favourite colour?")
-        await pilot.press("f5")
-        await until(pilot, lambda: isinstance(app.screen, UsedScreen) and app.screen.injections)
-        used = app.screen
+        memory_id, used = await open_used(fake, daemon, app, pilot)
         assert [i["memory_id"] for i in used.injections] == [memory_id]
         assert "favourite colour: green" in str(
             used.query_one("#used-list").get_option_at_index(0).prompt
@@ -235,9 +260,7 @@ async def test_sessions_can_be_searched_opened_renamed_exported_and_deleted(
     app = NaviApp(daemon.paths, autostart=False)
     async with app.run_test(size=SIZE) as pilot:
         chat = app.screen
-        await ready(app, pilot)
-        await say(app, pilot, "tell me about tea")
-        tea = chat.session_id
+        tea = await tea_chat(app, pilot)
         await pilot.press("ctrl+n")
         await until(pilot, lambda: chat.session_id is None and not views(app))
         await say(app, pilot, "tell me about rust")

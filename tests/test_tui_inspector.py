@@ -617,8 +617,6 @@ def test_snapshot_inbox(snap_compare: Any, threaded: ThreadedDaemon) -> None:
 def test_the_forget_dialog_says_what_a_forget_leaves() -> None:
     """An episode's conversation stays when the episode goes: the dialog says so, with the
     session's title as the user wrote it (never read as markup)."""
-    from rich.text import Text
-
     from navi_desktop.tui.dialogs import forget_body
 
     kept = (
@@ -626,7 +624,7 @@ def test_the_forget_dialog_says_what_a_forget_leaves() -> None:
         " Delete that session to remove it too."
     )
     preview = {"everywhere": [], "evidence": [], "rule": "whole words", "kept": kept}
-    shown = Text.from_markup(forget_body("#7 Planned a move abroad.", preview)).plain
+    shown = forget_body("#7 Planned a move abroad.", preview)  # the dialog shows it as plain text
     assert "It occurs nowhere else.\n" + kept + "\n" in shown
     preview["kept"] = "The conversation it sums up stays: \u201ctwo\nlines\u201d, 1 message."
     assert "\u201ctwo lines\u201d, 1 message.\n" in forget_body("#7", preview)  # one line

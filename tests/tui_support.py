@@ -188,3 +188,12 @@ def snapshot_daemon(root: Path, port: int | None) -> Iterator[ThreadedDaemon]:
             daemon.stop()
             if fake is not None:
                 fake.stop()
+
+
+def notified(app: Any, words: str) -> bool:
+    """Whether a notification (still shown) holds ``words``."""
+    return any(words in n.message for n in app._notifications)
+
+
+def error_notes(app: Any) -> list[str]:
+    return [n.message for n in app._notifications if n.severity == "error"]

@@ -62,8 +62,11 @@ class SessionMethods:
         if (timer := self._timers.pop((profile, session_id), None)) is not None:
             timer.cancel()
         count = await (await self.store(profile)).delete_session(session_id)
+        # "deleted": an app that has this session open closes it (its sends would fail).
         await self.broadcast(
-            "sessions", "session.updated", {"profile": profile, "session_id": session_id}
+            "sessions",
+            "session.updated",
+            {"profile": profile, "session_id": session_id, "deleted": True},
         )
         return {"deleted": session_id, "messages": count}
 

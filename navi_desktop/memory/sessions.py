@@ -71,7 +71,7 @@ class SessionOps:
                 f"SELECT processed_upto FROM sessions WHERE id = ?{self.ROW_LOCK}", (session_id,)
             )
             if done_upto is None:
-                raise InvalidInput(f"no session with id {session_id!r}")
+                raise NotFound(f"no session with id {session_id!r}")
             # An end already committed (another daemon, a retry) moved the watermark; a chunk
             # that moves none (0: one long message goes on in the next chunk) always commits.
             if upto_message_id and done_upto >= upto_message_id:
@@ -129,7 +129,7 @@ class SessionOps:
         """Move the watermark and end the session (a later message reopens it)."""
         async with self.db.transaction():
             if not await self._end_processing(session_id, upto_message_id):
-                raise InvalidInput(f"no session with id {session_id!r}")
+                raise NotFound(f"no session with id {session_id!r}")
 
     async def _end_processing(self: Store, session_id: str, upto_message_id: int) -> int:
         """Move the watermark, clear the retry state and end the session, unless messages came
@@ -157,7 +157,7 @@ class SessionOps:
                 f"SELECT attempts FROM sessions WHERE id = ?{self.ROW_LOCK}", (session_id,)
             )
             if attempts is None:
-                raise InvalidInput(f"no session with id {session_id!r}")
+                raise NotFound(f"no session with id {session_id!r}")
             delay = min(max_delay_s, base_delay_s * 2**attempts)
             retry = iso(datetime.now(UTC) + timedelta(seconds=delay))
             await self.db.execute(
@@ -278,7 +278,7 @@ class SessionAdminOps:
             if not await self.db.execute(
                 "UPDATE sessions SET title = ? WHERE id = ?", (title[:200], session_id)
             ):
-                raise InvalidInput(f"no session with id {session_id!r}")
+                raise NotFound(f"no session with id {session_id!r}")
         return await self.get_session(session_id)
 
     async def delete_session(self: Store, session_id: str) -> int:
@@ -298,7 +298,7 @@ class SessionAdminOps:
             ]
             await self._unindex_messages(ids)
             if not await self.db.execute("DELETE FROM sessions WHERE id = ?", (session_id,)):
-                raise InvalidInput(f"no session with id {session_id!r}")
+                raise NotFound(f"no session with id {session_id!r}")
             await self._drop_orphan_entities()
             await self._note_session_deleted(session_id)
         await self._session_deleted(session_id)

@@ -13,6 +13,7 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from navi_desktop.errors import NotFound
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.widgets.ordered import OrderedInput
 
@@ -37,7 +38,8 @@ class Dialog(ModalScreen[str | None]):
 
 
 class ChoiceScreen(Dialog):
-    """A question with a few answers; Esc answers ``None``."""
+    """A question with a few answers; Esc answers ``None``. The title and body are shown as
+    written, never read as markup: they hold what the user wrote (a session's title, a path)."""
 
     def __init__(
         self, title: str, body: str, choices: list[tuple[str, str, str]], **kw: object
@@ -48,10 +50,10 @@ class ChoiceScreen(Dialog):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self._title, classes="title")
+            yield Label(self._title, classes="title", markup=False)
             # Scrolls when long (Shift+Tab reaches it): the buttons always stay on screen.
             with VerticalScroll(classes="body-scroll"):
-                yield Static(self._body, classes="body")
+                yield Static(self._body, classes="body", markup=False)
             with Horizontal():
                 for answer, label, variant in self._choices:
                     yield Button(label, id=f"choice-{answer}", variant=variant)  # type: ignore[arg-type]
@@ -120,7 +122,7 @@ def forget_body(label: str, preview: dict) -> str:
         lines.append(_clip(preview["kept"], 600))
     lines.append(f"Matched as {preview['rule']}.")
     lines.append("It will not be learned again.")
-    return escape("\n".join(lines))  # the user's text is shown as written, never as markup
+    return "\n".join(lines)
 
 
 class TextScreen(Dialog):
@@ -177,6 +179,7 @@ async def ask_text(
 
     A save that fails asks again with the words as typed and the reason under them, so what
     was typed is never lost to a refusal (too long, a folder that cannot be written...).
+    ``NotFound`` is raised to the caller: the thing saved to no longer exists.
     Run from a worker: ``save`` may ask more (a confirm) itself.
     """
     error = ""
@@ -186,5 +189,7 @@ async def ask_text(
             return text
         try:
             return await save(text)
+        except NotFound:  # what it saves to is gone (deleted meanwhile): asking cannot help
+            raise
         except Exception as err:
             value, error = text, str(err) or type(err).__name__

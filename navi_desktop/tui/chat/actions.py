@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.widgets import Label
 
-from navi_desktop.daemon.client import RpcCallError, message_kept
+from navi_desktop.daemon.client import RemoteNotFound, RpcCallError, message_kept
 from navi_desktop.terminal_text import safe
 from navi_desktop.tui.chat.notices import end_notice, worth_telling
 from navi_desktop.tui.dialogs import ConfirmScreen, ask_text, confirmed
@@ -39,7 +39,11 @@ class SessionActions:
             await self.navi.link.call("sessions.rename", {"id": session_id, "title": title})
             return title
 
-        title = await ask_text(self.app, "Rename session", current, save)
+        try:
+            title = await ask_text(self.app, "Rename session", current, save)
+        except RemoteNotFound:  # deleted elsewhere meanwhile
+            await self._session_gone(session_id)
+            return
         if title is None:
             return
         self.sessions.reload()
@@ -60,9 +64,14 @@ class SessionActions:
         )
         if not confirmed(answer) or self.session_id is None:
             return
+        # Kept after the delete: the daemon's notice of it may come after the chat is cleared.
+        self._deleting = self.session_id
         try:
             await self.navi.link.call("sessions.delete", {"id": self.session_id})
+        except RemoteNotFound:
+            pass  # deleted elsewhere meanwhile: what was wanted
         except Exception as err:
+            self._deleting = None
             self.navi.report(err, "Deleting the session")
             return
         await self._clear()
@@ -84,11 +93,43 @@ class SessionActions:
             path = await export_to(
                 self.app, "this session", f"navi-session-{_slug(title)}.md", markdown
             )
+        except RemoteNotFound:  # deleted elsewhere meanwhile
+            await self._session_gone(session_id)
+            return
         except Exception as err:
             self.navi.report(err, "Exporting the session")
             return
         if path is not None:
             self.notify(f"Exported to {safe(str(path))}")
+
+    def _deleted_elsewhere(self: ChatScreen, params: Any) -> bool:
+        """Whether a ``session.updated`` says the open session was deleted by another window
+        or the command line (not by this screen's F8)."""
+        return (
+            isinstance(params, dict)
+            and params.get("deleted") is True
+            and params.get("profile") == self.navi.status.profile
+            and params.get("session_id") == self.session_id
+            and params.get("session_id") != self._deleting
+            and not self.answering  # its turn fails on it and comes here itself
+        )
+
+    async def _session_gone(self: ChatScreen, session_id: str, text: str | None = None) -> None:
+        """Session ``session_id`` no longer exists: if it is still the open one, the chat
+        starts afresh rather than sending into it (each send failed, "no session with id
+        ..."). ``text``, a message it did not take, goes back to the prompt."""
+        if text:
+            self._give_back(text)
+        if session_id != self.session_id:
+            return  # closed already (the daemon's notice of the delete came first)
+        # An incognito chat is in the daemon's memory only: a restart or the cap lets it go.
+        why = "the daemon no longer has it" if self.incognito else "it was deleted elsewhere"
+        await self._clear()
+        self.sessions.reload()
+        then = "your message is back in the prompt: Enter" if text else "what you send next"
+        self.notify(
+            f"This chat is gone ({why}); {then} starts a new one.", severity="warning", timeout=10
+        )
 
     @work(group="end", exit_on_error=False)
     async def _end(self: ChatScreen, session_id: str, quiet: bool = False) -> None:

@@ -15,6 +15,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label
 
+from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.chat.actions import SessionActions
 from navi_desktop.tui.chat.incognito import IncognitoActions
@@ -86,6 +87,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         self._stopping = False  # Esc was pressed during this reply
         self._heard = False  # a word of this reply came: the daemon kept its message
         self._unlisted = False  # a new session the sessions list does not show yet
+        self._deleting: str | None = None  # the session F8 deleted (not "elsewhere")
 
     # -- layout --------------------------------------------------------------------------------
 
@@ -93,7 +95,7 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
         with Horizontal(id="main"):
             yield SessionsPane(id="sessions-pane")
             with Vertical(id="chat"):
-                yield Label("New chat", id="chat-title")
+                yield Label("New chat", id="chat-title", markup=False)  # words as typed
                 yield Transcript(id="transcript")
                 yield Prompt(id="prompt")
 
@@ -131,6 +133,8 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
             self.sessions.reload()
             if method == "session.state":
                 self._ended_by_daemon(params)
+            elif method == "session.updated" and self._deleted_elsewhere(params):
+                await self._session_gone(params["session_id"])
         elif method == "memory.changed" and (params or {}).get("method") == "memory.forget":
             # Forgetting redacts what was said: the list and the open transcript follow.
             self.sessions.reload()
@@ -229,7 +233,9 @@ class ChatScreen(IncognitoActions, RatingActions, SessionActions, NaviScreen):
             result = await link.call(method, params)
         except Exception as err:
             kept, turn_id = self._kept(err)
-            if said and text and kept is False:
+            if isinstance(err, RemoteNotFound):  # the session was deleted elsewhere meanwhile
+                await self._session_gone(params["session_id"], text)
+            elif said and text and kept is False:
                 # Never kept (a full disk, no connection): shown as sent, it was lost, and
                 # Ctrl+R then answered the turn before under it.
                 await reply.remove()

@@ -12,6 +12,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList
 from textual.widgets.option_list import Option
 
+from navi_desktop.limits import MAX_QUERY, SEARCH, too_long_sentence
 from navi_desktop.tui import timefmt
 from navi_desktop.tui.timefmt import ago
 from navi_desktop.tui.widgets.ordered import OrderedInput
@@ -65,10 +66,22 @@ class SessionsPane(Vertical):
             return  # the banner says why the daemon cannot answer
         self.post_message(self.Loaded())
         query = self.query_one("#session-search", Input).value.strip()
+        if line := too_long_sentence(query, MAX_QUERY, SEARCH):
+            self._say(line)  # said here, not searched: the daemon would refuse it
+            return
         shown = self.sessions
         if query:
             shown = await self._matching(query)
         self._fill(shown)
+        if query and not shown:
+            self._say("No session matches this search.")
+
+    def _say(self, line: str) -> None:
+        """A line in place of the list: why it is empty (never an empty list unexplained)."""
+        self._shown = []
+        options = self.query_one("#sessions", OptionList)
+        options.clear_options()
+        options.add_option(Option(Text(line, style="dim"), disabled=True))
 
     def on_mount(self) -> None:
         self.set_interval(timefmt.RETIME_S, self._retime)

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
+from navi_desktop.daemon.client import RemoteNotFound
 from navi_desktop.tui.dialogs import ConfirmScreen, confirmed, forget_body
 from navi_desktop.tui.widgets.footer import Footer
 
@@ -95,6 +96,12 @@ class UsedScreen(ModalScreen[None]):
         index = self.query_one(OptionList).highlighted
         return self.injections[index] if index is not None and self.injections else None
 
+    def _gone(self, line: str) -> None:
+        """The memory was forgotten elsewhere while this list was open: said as such (never
+        "no memory with id N"), and the list follows."""
+        self.notify(line)
+        self.load()
+
     @work(exclusive=True, group="used-action", exit_on_error=False)
     async def action_forget(self) -> None:
         inj = self._selected()
@@ -104,6 +111,9 @@ class UsedScreen(ModalScreen[None]):
         link = self.app.link  # type: ignore[attr-defined]
         try:  # where else it occurs, shown before anything goes
             preview = await link.memory("forget_preview", inj["memory_id"])
+        except RemoteNotFound:
+            self._gone("Already forgotten (from elsewhere, meanwhile)")
+            return
         except Exception as err:
             self.app.report(err, "Looking up where it occurs")  # type: ignore[attr-defined]
             return
@@ -121,6 +131,9 @@ class UsedScreen(ModalScreen[None]):
         scope = "evidence" if answer == "evidence" else "everywhere"
         try:
             await link.memory("forget", inj["memory_id"], scope=scope)
+        except RemoteNotFound:
+            self._gone("Already forgotten (from elsewhere, meanwhile)")
+            return
         except Exception as err:
             self.app.report(err, "Forgetting")  # type: ignore[attr-defined]
             return
@@ -135,6 +148,9 @@ class UsedScreen(ModalScreen[None]):
         pinned = not (inj.get("memory") or {}).get("pinned")
         try:
             await self.app.link.memory("pin", inj["memory_id"], pinned)  # type: ignore[attr-defined]
+        except RemoteNotFound:
+            self._gone(f"Not {'pinned' if pinned else 'unpinned'}: it was forgotten meanwhile")
+            return
         except Exception as err:
             self.app.report(err, "Pinning")  # type: ignore[attr-defined]
             return

@@ -122,10 +122,16 @@ class MemoryActions:
         elif answer == "evidence":
             await self._forget(memory, f"{done}; other mentions kept", "evidence")
 
-    def _gone_already(self, memory: Memory) -> None:
-        """Forgotten meanwhile (from the command line, another window): what was wanted."""
+    def _gone_already(self, memory: Memory, doing: str | None = None) -> None:
+        """Forgotten meanwhile (from the command line, another window) before the daemon heard
+        of the change: for a forget what was wanted; for any other action (``doing``) there is
+        nothing left to act on. Said so, never as "no memory with id N" or a dialog that asks
+        again for ever."""
         self.forget_locally([memory["id"]])
-        self.notify("Already forgotten (from elsewhere, meanwhile)")
+        if doing is None:
+            self.notify("Already forgotten (from elsewhere, meanwhile)")
+        else:
+            self.notify(f"Not {doing}: it was forgotten meanwhile (from elsewhere)")
 
     async def _forget(self, memory: Memory, done: str, scope: str) -> None:
         try:
@@ -163,11 +169,15 @@ class MemoryActions:
         """Ask for a new value and save it; the memory as saved, or None. A value the daemon
         refuses (too long, say) is shown again with the reason, never thrown away."""
 
-        async def save(value: str) -> Memory:
+        async def save(value: str) -> Memory | None:
             if value == memory["value"]:
                 return memory
             check_memory_fields(value=value)  # in words: the daemon's line names a parameter
-            return await self.navi.link.memory("edit", memory["id"], value=value)
+            try:
+                return await self.navi.link.memory("edit", memory["id"], value=value)
+            except RemoteNotFound:
+                self._gone_already(memory, "saved")
+                return None
 
         return await ask_text(self.app, title, memory["value"], save)
 
@@ -179,6 +189,9 @@ class MemoryActions:
         pinned = not memory.get("pinned")
         try:
             updated = await self.navi.link.memory("pin", memory["id"], pinned)
+        except RemoteNotFound:
+            self._gone_already(memory, "pinned" if pinned else "unpinned")
+            return
         except Exception as err:
             self.navi.report(err, "Pinning")
             return
@@ -192,6 +205,9 @@ class MemoryActions:
             return
         try:
             updated = await self.navi.link.memory("confirm", memory["id"])
+        except RemoteNotFound:
+            self._gone_already(memory, "confirmed")
+            return
         except Exception as err:
             self.navi.report(err, "Confirming")
             return
@@ -207,9 +223,15 @@ class MemoryActions:
         current = memory.get("expires_at")
         now = f"now {describe_expiry(current)}" if current else "now never"
 
-        async def save(answer: str) -> tuple[str | None, Memory]:
+        async def save(answer: str) -> tuple[str | None, Memory] | None:
             expires = parse_expires(answer, "the expiry")
-            return expires, await self.navi.link.memory("edit", memory["id"], expires_at=expires)
+            try:
+                return expires, await self.navi.link.memory(
+                    "edit", memory["id"], expires_at=expires
+                )
+            except RemoteNotFound:
+                self._gone_already(memory, "saved")
+                return None
 
         saved = await ask_text(
             self.app,
@@ -242,6 +264,9 @@ class MemoryActions:
     async def _accept(self, memory: Memory) -> None:
         try:
             await self.navi.link.memory("accept", memory["id"])
+        except RemoteNotFound:
+            self._gone_already(memory, "accepted")
+            return
         except Exception as err:
             self.navi.report(err, "Accepting")
             return

@@ -315,7 +315,7 @@ class EntityList(OptionList):
             " it. A merge cannot be split again."
         )
         title = f"Merge “{clip(other['name'], 30)}” into “{clip(entity['name'], 30)}”?"
-        dialog = ConfirmScreen(escape(title), escape(body), yes="Merge", danger=False)
+        dialog = ConfirmScreen(title, body, yes="Merge", danger=False)
         if not confirmed(await self.app.push_screen_wait(dialog)):
             return
         merged, problem = await self._call("merge_entities", entity["name"], other["name"])

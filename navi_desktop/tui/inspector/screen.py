@@ -18,7 +18,13 @@ from textual.containers import Horizontal
 from textual.widgets import Input, Label, OptionList, Select, Switch, TabbedContent, TabPane
 
 from navi_desktop.daemon.client import RemoteNotFound
-from navi_desktop.limits import ENTITY_SEARCH, MAX_ENTITY_NAME, MAX_QUERY, SEARCH, too_long
+from navi_desktop.limits import (
+    ENTITY_SEARCH,
+    MAX_ENTITY_NAME,
+    MAX_QUERY,
+    SEARCH,
+    too_long_sentence,
+)
 from navi_desktop.tui import timefmt
 from navi_desktop.tui.base import NaviScreen
 from navi_desktop.tui.inspector.actions import ON_MEMORY, MemoryActions
@@ -199,7 +205,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if self.on_entities:
             await self.load_entities()
             return
-        if line := _too_long(self.search_query().text, MAX_QUERY, SEARCH):
+        if line := too_long_sentence(self.search_query().text, MAX_QUERY, SEARCH):
             memory_list.message(line)  # said here: the daemon's line names a parameter
             self.show_detail()
             return
@@ -223,7 +229,7 @@ class InspectorScreen(MemoryActions, NaviScreen):
     async def load_entities(self) -> None:
         entity_list = self.query_one(EntityList)
         query = self.query_one("#search", Input).value
-        if line := _too_long(query, MAX_ENTITY_NAME, ENTITY_SEARCH):
+        if line := too_long_sentence(query, MAX_ENTITY_NAME, ENTITY_SEARCH):
             entity_list.message(line)
             self.show_detail()
             return
@@ -368,8 +374,3 @@ class InspectorScreen(MemoryActions, NaviScreen):
         if action in ON_MEMORY and self.on_entities:  # the list's own keys act on entities
             return False
         return self.can(action)
-
-
-def _too_long(text: str, limit: int, what: str) -> str | None:
-    line = too_long(text, limit, what)
-    return f"{line[0].upper()}{line[1:]}." if line else None
