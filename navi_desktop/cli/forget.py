@@ -205,7 +205,8 @@ def cmd_compact(args: argparse.Namespace) -> int:
     async def work(store: MemoryStore) -> dict[str, int]:
         return await store.compact()
 
-    nothing = f"no profile {profile_name(args)!r}: there is nothing to compact"
+    args.profile = profile = profile_name(args)  # resolved once: with_store reads it from args
+    nothing = f"no profile {profile!r}: there is nothing to compact"
     compacted = with_store(args, work, unknown=nothing)  # a typo's profile is not made
     if wants_json(args):
         emit_json({"compacted": compacted})

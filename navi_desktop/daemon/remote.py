@@ -96,8 +96,8 @@ class RemoteProfiles:
         """Why ``profile``'s server did not answer last and what waits for it on this machine,
         in one line; None when it answers and nothing waits."""
         store = self._stores.get(profile)
-        if store is None:
-            return None
+        if store is None or not (store.away or store.kept_why):
+            return None  # the server answers: the outbox is not read on every turn
         waiting = await store.outbox.messages_waiting()
         why = store.away or (store.kept_why if waiting else None)
         if why is None:

@@ -135,7 +135,7 @@ class PgFreeSpaceOps:
         size = "SELECT pg_database_size(current_database())"
         async with self.db.reading():
             before = await self.db.scalar(size)
-        pending = await self.pending_scrubs()
+        pending = await self._pending_now()  # each is done by this, vacuumed since or not
         await self.vacuum(full=True)
         # VACUUM FULL leaves the tables' vacuum times as they were: a plain VACUUM after it
         # (quick on rewritten tables) dates them, so other profiles' waiting scrubs end too.
@@ -229,9 +229,10 @@ class PgFreeSpaceOps:
         """Try the pending scrubs again; returns the ones now complete. (``wait_ms`` is the
         SQLite side's wait for readers; VACUUM on a server does not wait for them.) A VACUUM
         that fails again leaves them for the next try."""
-        vacuumed = await self._vacuumed_since(await self._pending_now())
+        pending = await self._pending_now()
+        vacuumed = await self._vacuumed_since(pending)
         await self._clear_pending(vacuumed)  # done by another's vacuum meanwhile
-        before = await self.pending_scrubs()
+        before = [p for p in pending if p not in vacuumed]
         if not before:
             return vacuumed
         try:
