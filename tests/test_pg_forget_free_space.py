@@ -13,6 +13,7 @@ import pytest
 
 from navi_desktop.errors import NotFound
 from navi_desktop.memory.pg import PgMemoryStore
+from navi_desktop.memory.scrub import PENDING_KEY
 from tests.pg_support import as_role, profile_name
 
 # Every table of the schema that has a column able to hold text a user typed.
@@ -209,3 +210,15 @@ async def test_a_save_racing_a_forget_on_another_connection_cannot_keep_the_valu
         async with b.db.reading():
             left = await b.db.fetchall("SELECT id, value FROM memories WHERE value LIKE '%7788%'")
         assert left == []
+
+
+@pytest.mark.parametrize("when", ["garbage", 7, None, "2026-11-28T05:00:00"])
+async def test_a_waiting_scrub_with_an_unreadable_time_is_listed_not_fatal(pg_dsn, when):
+    """A record whose server time cannot be read (damaged, or without a zone) is listed as
+    waiting, as an older version's; it stopped `navi memory stats` with a ValueError."""
+    async with await PgMemoryStore.open(pg_dsn, profile_name()) as store:
+        record = {"ids": [1], "since": "2026-11-28T05:00:00.000Z", "reason": "test"}
+        async with store.db.transaction():
+            await store._set_meta(PENDING_KEY, json.dumps([record | {"server_since": when}]))
+        assert [p["ids"] for p in await store.pending_scrubs()] == [[1]]
+        assert (await store.stats())["pending_scrubs"][0]["ids"] == [1]

@@ -98,7 +98,10 @@ class RemoteProfiles:
         store = self._stores.get(profile)
         if store is None or not (store.away or store.kept_why):
             return None  # the server answers: the outbox is not read on every turn
-        waiting = await store.outbox.messages_waiting()
+        try:
+            waiting = await store.outbox.messages_waiting()
+        except NaviError as exc:  # a damaged or unreadable outbox: its own line is the news
+            return str(exc)
         why = store.away or (store.kept_why if waiting else None)
         if why is None:
             return None

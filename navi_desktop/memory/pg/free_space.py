@@ -9,6 +9,7 @@ reason, for ``retry_scrubs``: the forget itself is saved either way."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from datetime import datetime
@@ -139,7 +140,11 @@ class PgFreeSpaceOps:
         await self.vacuum(full=True)
         # VACUUM FULL leaves the tables' vacuum times as they were: a plain VACUUM after it
         # (quick on rewritten tables) dates them, so other profiles' waiting scrubs end too.
-        await self.vacuum()
+        # The tables are rewritten already: one that fails only leaves those waiting longer.
+        try:
+            await self.vacuum()
+        except VacuumFailed as exc:
+            log.info("the tables were compacted, not dated: %s", exc)
         await self._clear_pending(pending)
         async with self.db.reading():
             after = await self.db.scalar(size)
@@ -211,7 +216,7 @@ class PgFreeSpaceOps:
     async def _vacuumed_since(self: PgMemoryStore, pending: list[Any]) -> list[Any]:
         """The records of ``pending`` after whose time every table of the schema was
         vacuumed (the server's clock both: no machine's clock is compared with it)."""
-        dated = [p for p in pending if isinstance(p.get("server_since"), str)]
+        dated = [(p, when) for p in pending if (when := _server_time(p)) is not None]
         if not dated:
             return []
         async with self.db.reading():
@@ -223,7 +228,7 @@ class PgFreeSpaceOps:
             )
         if oldest is None:
             return []
-        return [p for p in dated if datetime.fromisoformat(p["server_since"]) < oldest]
+        return [p for p, when in dated if when < oldest]
 
     async def retry_scrubs(self: PgMemoryStore, wait_ms: int = 250) -> list[dict[str, Any]]:
         """Try the pending scrubs again; returns the ones now complete. (``wait_ms`` is the
@@ -243,6 +248,15 @@ class PgFreeSpaceOps:
             return vacuumed
         await self._clear_pending(before)
         return vacuumed + before
+
+
+def _server_time(record: Any) -> datetime | None:
+    """When the server noted a waiting scrub; None for a record without a readable time (an
+    older version's, or one damaged): it waits for this profile's own VACUUM, as before."""
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        when = datetime.fromisoformat(record["server_since"])
+        return when if when.tzinfo is not None else None
+    return None
 
 
 __all__ = ["NOT_OWNER", "PgFreeSpaceOps", "VacuumFailed"]
